@@ -1,0 +1,41 @@
+# rankstream's front door. `make help` lists the targets.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+export RANKSTREAM_BOARDS ?= deploy/boards.yaml
+
+.PHONY: help setup run stop test lint bench clean
+
+help:  ## this list
+	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-7s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	@$(PY) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "rankstream needs Python >= 3.11 (found " + sys.version.split()[0] + ")")'
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	@touch $(STAMP)
+
+setup: $(STAMP)  ## virtualenv, install, Redis binary, Kafka jars (idempotent, fast once cached)
+	@$(BIN)/rankstream stack prepare
+
+run: setup  ## Kafka, Redis, worker, API and a demo producer; prints a live top-10 URL; Ctrl-C stops all
+	$(BIN)/rankstream dev
+
+stop:  ## stop a local stack left running (`rankstream stack up`)
+	$(BIN)/rankstream stack down
+
+test: setup  ## the whole test suite on real Kafka and Redis (started by the fixtures)
+	$(BIN)/pytest
+
+lint: setup  ## ruff and mypy --strict
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+bench: setup  ## benchmarks; JSON reports in bench/results/
+	$(BIN)/python -m bench
+
+clean:  ## remove the virtualenv and the local stack's data
+	rm -rf $(VENV) .stack .pytest_cache .mypy_cache .ruff_cache

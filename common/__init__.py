@@ -1,0 +1,1 @@
+"""What the worker and the API share: config, event model, key schema, ranking rules, Lua."""

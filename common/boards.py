@@ -1,0 +1,399 @@
+"""Board types: which boards exist, how they rank, which windows they keep (CONTRACT section 3).
+
+The worker and the API both load the same YAML file at start-up. Every mistake becomes one
+`ConfigError` line, `<source>: <key.path>: <reason>`, so a bad deploy fails before it consumes or
+serves anything. Pydantic checks the shape (types, unknown keys); the rules that span several keys
+(retention vs windows, hot boards vs types) are checked after, with paths written out by hand.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from types import MappingProxyType
+from typing import Annotated, Any, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from common.errors import ConfigError
+
+# Use with fullmatch: a board id is "<type>" or "<type>:<scope>", and it ends up inside a Redis
+# hash tag, so braces, spaces and control characters are kept out by construction.
+BOARD_TYPE_RE = re.compile(r"[a-z0-9_]{1,32}")
+BOARD_SCOPE_RE = re.compile(r"[A-Za-z0-9_.:-]{1,160}")
+# Both in one pattern, so the worker's per-event check is a single regex call. The type holds no
+# colon, so the first colon is where the scope starts.
+_BOARD_RE = re.compile(rf"({BOARD_TYPE_RE.pattern})(?::({BOARD_SCOPE_RE.pattern}))?")
+
+DEFAULT_TYPE = "default"
+MAX_ROLLING_COUNT = 10_000
+DEFAULT_RETENTION: Mapping[str, int] = MappingProxyType(
+    {"hour": 72, "day": 31, "week": 8, "month": 12, "year": 5}
+)
+
+
+class Order(StrEnum):
+    DESC = "desc"
+    ASC = "asc"
+
+
+class TieBreak(StrEnum):
+    FIRST = "first"
+    LAST = "last"
+    NONE = "none"
+
+
+class WindowKind(StrEnum):
+    TOTAL = "total"
+    HOUR = "hour"
+    DAY = "day"
+    WEEK = "week"
+    MONTH = "month"
+    YEAR = "year"
+    ROLLING = "rolling"
+
+
+CALENDAR_KINDS = frozenset(
+    {WindowKind.HOUR, WindowKind.DAY, WindowKind.WEEK, WindowKind.MONTH, WindowKind.YEAR}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    name: str
+    kind: WindowKind
+    rolling_count: int | None = None
+    rolling_unit: str | None = None  # "h" | "d" | "w" | "m" (months)
+
+
+@dataclass(frozen=True, slots=True)
+class BoardType:
+    name: str
+    order: Order
+    tie_break: TieBreak
+    windows: tuple[Window, ...]
+    retention: Mapping[str, int]
+    max_members: int | None
+    late_grace_ms: int
+
+    def window(self, name: str) -> Window:
+        for window in self.windows:
+            if window.name == name:
+                return window
+        raise KeyError(name)
+
+
+@dataclass(frozen=True, slots=True)
+class HotBoard:
+    board: str
+    windows: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class BoardsConfig:
+    timezone: ZoneInfo
+    types: Mapping[str, BoardType]
+    hot: tuple[HotBoard, ...]
+    # Asked once per touched board by the worker, so a dict rather than a scan of `hot`.
+    _hot_index: Mapping[str, tuple[str, ...]] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        index = MappingProxyType({hot.board: hot.windows for hot in self.hot})
+        object.__setattr__(self, "_hot_index", index)
+
+    def type_for(self, type_name: str) -> BoardType | None:
+        board_type = self.types.get(type_name)
+        return board_type if board_type is not None else self.types.get(DEFAULT_TYPE)
+
+    def hot_windows(self, board: str) -> tuple[str, ...]:
+        return self._hot_index.get(board, ())
+
+
+def split_board(board: str) -> tuple[str, str | None] | None:
+    """("gift", "room42") for "gift:room42", ("gift", None) for "gift", None when invalid."""
+    match = _BOARD_RE.fullmatch(board)
+    return None if match is None else (match[1], match[2])
+
+
+def parse_boards(text: str, source: str = "<string>") -> BoardsConfig:
+    try:
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{source}: {_yaml_error(exc)}") from None
+    try:
+        return _build(_validate_shape(data))
+    except _InvalidConfigError as exc:
+        raise ConfigError(f"{source}: {exc.path}: {_one_line(exc.reason)}") from None
+
+
+def load_boards(path: str | os.PathLike[str]) -> BoardsConfig:
+    source = os.fspath(path)
+    try:
+        with open(path, encoding="utf-8") as file:
+            text = file.read()
+    except OSError as exc:
+        raise ConfigError(f"{source}: cannot read the board config: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{source}: byte {exc.start}: the board config is not UTF-8") from None
+    return parse_boards(text, source)
+
+
+# --- reading the YAML -------------------------------------------------------------------------
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML keeps the last of two equal keys without a word; a repeated key in a config file is
+    nearly always an edit gone wrong, so it is an error here."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Hashable, Any]:
+        seen: set[str] = set()
+        for key_node, _ in node.value:
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            if key_node.value in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key_node.value!r}", key_node.start_mark
+                )
+            seen.add(key_node.value)
+        return super().construct_mapping(node, deep=deep)
+
+
+def _yaml_error(exc: yaml.YAMLError) -> str:
+    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
+        mark = exc.problem_mark
+        problem = exc.problem or exc.context or "syntax error"
+        return f"line {mark.line + 1}, column {mark.column + 1}: invalid YAML: {_one_line(problem)}"
+    return f"invalid YAML: {_one_line(str(exc))}"
+
+
+# --- the shape, checked by pydantic -----------------------------------------------------------
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class _TypeModel(_Strict):
+    order: Literal["desc", "asc"] = "desc"
+    tie_break: Literal["first", "last", "none"] = "first"
+    windows: list[str] = Field(default_factory=lambda: ["total"])
+    retention: dict[str, Annotated[int, Field(ge=1)]] = Field(default_factory=dict)
+    max_members: Annotated[int, Field(ge=1)] | None = None
+    late_grace: str = "10m"
+
+
+class _HotModel(_Strict):
+    board: str
+    windows: list[str] | None = None
+
+
+class _FileModel(_Strict):
+    timezone: str = "UTC"
+    types: dict[str, _TypeModel | None]  # `gift:` with nothing under it means all defaults
+    hot: list[_HotModel] | None = None
+
+
+class _InvalidConfigError(Exception):
+    """Carries a key path and a reason to `parse_boards`, which adds the source."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path = path
+        self.reason = reason
+
+
+def _validate_shape(data: object) -> _FileModel:
+    if data is None:
+        raise _InvalidConfigError(
+            "(top level)", "the file is empty; expected a mapping with at least 'types'"
+        )
+    if not isinstance(data, dict):
+        raise _InvalidConfigError("(top level)", f"expected a mapping with 'types', got {_kind(data)}")
+    for key in data:
+        if not isinstance(key, str):
+            raise _InvalidConfigError(str(key), f"key must be a string, got {_kind(key)}")
+    try:
+        return _FileModel.model_validate(data)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        raise _InvalidConfigError(
+            *_describe(error["loc"], error["type"], error["msg"], error.get("input"))
+        ) from None
+
+
+def _describe(loc: tuple[int | str, ...], kind: str, msg: str, value: object) -> tuple[str, str]:
+    if kind == "missing":
+        return _path(loc), "required key is missing"
+    if kind == "extra_forbidden":
+        allowed = ", ".join(_allowed_keys(loc[:-1]))
+        return _path(loc), f"unknown key (expected one of {allowed})"
+    if len(loc) >= 2 and loc[-1] == "[key]":
+        # pydantic reports a bad key as (..., key, "[key]"); name it like any other key.
+        return _path((*loc[:-2], str(loc[-2]))), f"key must be a string, got {_kind(value)}"
+    expected = _EXPECTED.get(kind) or msg.replace("Input should be", "must be", 1)
+    return _path(loc), f"{expected}, got {_show(value)}"
+
+
+# YAML words for pydantic's type errors, which would otherwise say "dictionary or instance of _TypeModel".
+_EXPECTED = {
+    "model_type": "must be a mapping",
+    "dict_type": "must be a mapping",
+    "list_type": "must be a list",
+    "string_type": "must be a string",
+    "int_type": "must be an integer",
+    "int_from_float": "must be an integer",
+}
+
+
+def _allowed_keys(parent: tuple[int | str, ...]) -> list[str]:
+    model: type[BaseModel] = _FileModel
+    if parent[:1] == ("types",) and len(parent) == 2:
+        model = _TypeModel
+    elif parent[:1] == ("hot",) and len(parent) == 2:
+        model = _HotModel
+    return list(model.model_fields)
+
+
+def _path(loc: Sequence[int | str]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(top level)"
+
+
+def _kind(value: object) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+def _show(value: object) -> str:
+    text = repr(value)
+    return f"{_kind(value)} {text if len(text) <= 60 else text[:57] + '...'}"
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+# --- the rules across keys --------------------------------------------------------------------
+
+_WINDOW_KINDS = {kind.value: kind for kind in WindowKind if kind is not WindowKind.ROLLING}
+_ROLLING_RE = re.compile(r"last_(\d+)([hdwm])")
+_DURATION_RE = re.compile(r"(\d{1,12})(ms|s|m|h|d)")
+_DURATION_MS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def _build(model: _FileModel) -> BoardsConfig:
+    try:
+        timezone = ZoneInfo(model.timezone)
+    except (ZoneInfoNotFoundError, ValueError, OSError):
+        raise _InvalidConfigError("timezone", f"unknown time zone {model.timezone!r}") from None
+    if not model.types:
+        raise _InvalidConfigError("types", "at least one board type is required")
+    types: dict[str, BoardType] = {}
+    for name, type_model in model.types.items():
+        path = f"types.{name}"
+        if BOARD_TYPE_RE.fullmatch(name) is None:
+            raise _InvalidConfigError(
+                path, f"board type name {name!r} must be 1-32 characters of a-z, 0-9 and _"
+            )
+        types[name] = _build_type(name, type_model if type_model is not None else _TypeModel(), path)
+    hot = tuple(_build_hot(index, hot_model, types) for index, hot_model in enumerate(model.hot or ()))
+    seen: set[str] = set()
+    for index, hot_board in enumerate(hot):
+        if hot_board.board in seen:
+            raise _InvalidConfigError(f"hot[{index}].board", f"board {hot_board.board!r} is listed twice")
+        seen.add(hot_board.board)
+    return BoardsConfig(timezone=timezone, types=MappingProxyType(types), hot=hot)
+
+
+def _build_type(name: str, model: _TypeModel, path: str) -> BoardType:
+    if not model.windows:
+        raise _InvalidConfigError(f"{path}.windows", "at least one window is required")
+    windows: list[Window] = []
+    for index, window_name in enumerate(model.windows):
+        window_path = f"{path}.windows[{index}]"
+        if any(window.name == window_name for window in windows):
+            raise _InvalidConfigError(window_path, f"duplicate window {window_name!r}")
+        windows.append(_parse_window(window_name, window_path))
+    calendar = [window.name for window in windows if window.kind in CALENDAR_KINDS]
+    for key in model.retention:
+        if key not in calendar:
+            reason = (
+                f"window {key!r} is not in this type's windows"
+                if key in DEFAULT_RETENTION
+                else f"{key!r} is not a calendar window (retention applies to hour, day, week, month, year)"
+            )
+            raise _InvalidConfigError(f"{path}.retention.{key}", reason)
+    retention = {key: model.retention.get(key, DEFAULT_RETENTION[key]) for key in calendar}
+    return BoardType(
+        name=name,
+        order=Order(model.order),
+        tie_break=TieBreak(model.tie_break),
+        windows=tuple(windows),
+        retention=MappingProxyType(retention),
+        max_members=model.max_members,
+        late_grace_ms=_parse_duration(model.late_grace, f"{path}.late_grace"),
+    )
+
+
+def _parse_window(name: str, path: str) -> Window:
+    kind = _WINDOW_KINDS.get(name)
+    if kind is not None:
+        return Window(name=name, kind=kind)
+    rolling = _ROLLING_RE.fullmatch(name)
+    if rolling is None:
+        raise _InvalidConfigError(
+            path,
+            f"unknown window {name!r} (expected total, hour, day, week, month, year or last_<N>h|d|w|m)",
+        )
+    digits, unit = rolling.groups()
+    # The name doubles as the API's window parameter and a Redis key part: one spelling per window.
+    if digits != str(int(digits)) or not 1 <= int(digits) <= MAX_ROLLING_COUNT:
+        raise _InvalidConfigError(
+            path, f"rolling window {name!r}: N must be 1..{MAX_ROLLING_COUNT} without leading zeros"
+        )
+    return Window(name=name, kind=WindowKind.ROLLING, rolling_count=int(digits), rolling_unit=unit)
+
+
+def _parse_duration(text: str, path: str) -> int:
+    match = _DURATION_RE.fullmatch(text)
+    if match is None:
+        raise _InvalidConfigError(
+            path, f"invalid duration {text!r} (expected e.g. 500ms, 30s, 10m, 2h or 1d)"
+        )
+    return int(match[1]) * _DURATION_MS[match[2]]
+
+
+def _build_hot(index: int, model: _HotModel, types: Mapping[str, BoardType]) -> HotBoard:
+    path = f"hot[{index}]"
+    parts = split_board(model.board)
+    if parts is None:
+        raise _InvalidConfigError(
+            f"{path}.board",
+            f"invalid board id {model.board!r} (expected <type> or <type>:<scope>, "
+            "type [a-z0-9_]{1,32}, scope [A-Za-z0-9_.:-]{1,160})",
+        )
+    board_type = types.get(parts[0], types.get(DEFAULT_TYPE))
+    if board_type is None:
+        raise _InvalidConfigError(f"{path}.board", f"board type {parts[0]!r} is not configured")
+    if model.windows is None:
+        return HotBoard(board=model.board, windows=tuple(window.name for window in board_type.windows))
+    if not model.windows:
+        raise _InvalidConfigError(f"{path}.windows", "at least one window is required (omit the key for all)")
+    known = [window.name for window in board_type.windows]
+    for position, window_name in enumerate(model.windows):
+        window_path = f"{path}.windows[{position}]"
+        if window_name not in known:
+            raise _InvalidConfigError(
+                window_path,
+                f"window {window_name!r} is not a window of board type {board_type.name!r} "
+                f"({', '.join(known)})",
+            )
+        if window_name in model.windows[:position]:
+            raise _InvalidConfigError(window_path, f"duplicate window {window_name!r}")
+    return HotBoard(board=model.board, windows=tuple(model.windows))

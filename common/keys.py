@@ -1,0 +1,53 @@
+"""The one Redis key schema. Every key of a board carries the hash tag `{<board>}`, so a
+board lives in one Cluster slot and one script may touch all of it.
+
+    <prefix>{<board>}:seq              board sequence number (bumped per applied event)
+    <prefix>{<board>}:meta             hash member -> meta JSON (latest wins)
+    <prefix>{<board>}:z:<instance>     ranking zset (score, tie-encoded member), top max_members
+    <prefix>{<board>}:o:<instance>     overflow zset: members beyond max_members (same encoding)
+    <prefix>{<board>}:h:<instance>     hash member -> "<score>|<tie ms>": exact state of every member
+    <prefix>{<board>}:id:<event id>    dedupe record, lives for the dedupe window
+
+<instance> is `total` or `<window>:<period id>` (`day:2026-11-22`, `week:2026-W47`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+TOTAL_INSTANCE = "total"
+
+
+def window_instance(window: str, period: str | None) -> str:
+    """`total` for the total window, `<window>:<period id>` for a calendar period."""
+    return TOTAL_INSTANCE if period is None else f"{window}:{period}"
+
+
+@dataclass(frozen=True, slots=True)
+class BoardKeys:
+    prefix: str
+    board: str
+
+    @property
+    def tag(self) -> str:
+        return f"{self.prefix}{{{self.board}}}"
+
+    @property
+    def seq(self) -> str:
+        return f"{self.tag}:seq"
+
+    @property
+    def meta(self) -> str:
+        return f"{self.tag}:meta"
+
+    def rank(self, instance: str) -> str:
+        return f"{self.tag}:z:{instance}"
+
+    def overflow(self, instance: str) -> str:
+        return f"{self.tag}:o:{instance}"
+
+    def state(self, instance: str) -> str:
+        return f"{self.tag}:h:{instance}"
+
+    def dedupe(self, event_id: str) -> str:
+        return f"{self.tag}:id:{event_id}"

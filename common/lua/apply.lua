@@ -1,0 +1,144 @@
+-- apply.lua: apply a batch of update events of ONE board, atomically and idempotently.
+--
+-- KEYS: [1] board seq, [2] board meta hash,
+--       then per window instance i = 1..W: rank zset, overflow zset, state hash (KEYS[3i..3i+2]),
+--       then per event e = 1..E: its dedupe key (KEYS[2 + 3W + e]).
+-- ARGV: [1] W, [2] E, [3] tie mode inv|fwd|none, [4] desc 1|0, [5] max_members (0 = no limit),
+--       [6] dedupe ttl ms, [7] want state 1|0, then W expire-at ms (0 = never),
+--       then per event 6 fields: op, member, score, tie ms, meta ('' = none), window mask
+--       (bit i-1 set = the event counts in instance i).
+-- Returns, per event: status (1 applied, 0 duplicate, 2 score out of range), board seq, and
+-- when "want state": per instance in its mask, "<score>|<tie ms>" or "" for an absent member.
+--
+-- The zset score is the exact score; the member is prefixed with its tie time in fixed-width
+-- hex (see common/ranking.py) so Redis' bytewise order of equal scores is the tie rule.
+
+local W, E = tonumber(ARGV[1]), tonumber(ARGV[2])
+local mode, desc, maxm = ARGV[3], ARGV[4] == '1', tonumber(ARGV[5])
+local ttl, want_state = ARGV[6], ARGV[7] == '1'
+-- EXACT = 2^53 - 1: see common/ranking.py for why the bound is one below 2^53
+local TIE_MAX, EXACT = 281474976710655, 9007199254740991
+
+local function fmt(x)
+  if x == math.floor(x) and math.abs(x) <= EXACT then return string.format('%d', x) end
+  return string.format('%.17g', x)
+end
+
+local function enc(tie, member)
+  if mode == 'inv' then return string.format('%012x', TIE_MAX - tie) .. member end
+  if mode == 'fwd' then return string.format('%012x', tie) .. member end
+  return member
+end
+
+local function better(a, b)
+  if desc then return a > b end
+  return a < b
+end
+
+-- keep the rank zset exactly the best maxm members; the rest wait in the overflow zset
+local function rebalance(rk, ov)
+  if redis.call('ZCARD', ov) > 0 then
+    local best = desc and redis.call('ZRANGE', ov, -1, -1, 'WITHSCORES') or redis.call('ZRANGE', ov, 0, 0, 'WITHSCORES')
+    redis.call('ZREM', ov, best[1])
+    redis.call('ZADD', rk, best[2], best[1])
+  end
+  while redis.call('ZCARD', rk) > maxm do
+    local worst = desc and redis.call('ZRANGE', rk, 0, 0, 'WITHSCORES') or redis.call('ZRANGE', rk, -1, -1, 'WITHSCORES')
+    redis.call('ZREM', rk, worst[1])
+    redis.call('ZADD', ov, worst[2], worst[1])
+  end
+end
+
+local function in_mask(mask, i)
+  return math.floor(mask / 2 ^ (i - 1)) % 2 == 1
+end
+
+-- the planned new state of one member in one instance: nil = unchanged, false = delete
+local function plan(i, op, member, score)
+  local old = redis.call('HGET', KEYS[3 * i + 2], member)
+  local old_score, old_tie
+  if old then
+    local bar = string.find(old, '|', 1, true)
+    old_score, old_tie = tonumber(string.sub(old, 1, bar - 1)), tonumber(string.sub(old, bar + 1))
+  end
+  if op == 'delete' then
+    if old then return false, old_tie end
+    return nil
+  end
+  local new
+  if op == 'incr' then new = (old_score or 0) + score
+  elseif op == 'set' then new = score
+  elseif not old or better(score, old_score) then new = score  -- best
+  else new = old_score end
+  if old and new == old_score then return nil end  -- unchanged: keeps the time it got there
+  return new, old_tie
+end
+
+local function write(i, member, new, old_tie, tie)
+  local rk, ov, st = KEYS[3 * i], KEYS[3 * i + 1], KEYS[3 * i + 2]
+  if old_tie then
+    local old_member = enc(old_tie, member)
+    redis.call('ZREM', rk, old_member)
+    if maxm > 0 then redis.call('ZREM', ov, old_member) end
+  end
+  if new == false then
+    redis.call('HDEL', st, member)
+  else
+    redis.call('HSET', st, member, fmt(new) .. '|' .. fmt(tie))
+    redis.call('ZADD', rk, fmt(new), enc(tie, member))
+  end
+  if maxm > 0 then rebalance(rk, ov) end
+end
+
+local out, touched, seq = {}, {}, nil
+local base = 7 + W
+for e = 1, E do
+  local at = base + (e - 1) * 6
+  local op, member, score = ARGV[at + 1], ARGV[at + 2], tonumber(ARGV[at + 3])
+  local tie, meta, mask = tonumber(ARGV[at + 4]), ARGV[at + 5], tonumber(ARGV[at + 6])
+  local dedupe = KEYS[2 + 3 * W + e]
+  local status = 0
+  if redis.call('EXISTS', dedupe) == 0 then
+    -- plan every instance before writing any, so an out-of-range result changes nothing
+    local plans, ok = {}, true
+    for i = 1, W do
+      if in_mask(mask, i) then
+        local new, old_tie = plan(i, op, member, score)
+        if new and math.abs(new) > EXACT then ok = false end
+        plans[i] = {new, old_tie}
+      end
+    end
+    if ok then
+      status = 1
+      redis.call('SET', dedupe, '1', 'PX', ttl)
+      seq = redis.call('INCR', KEYS[1])
+      for i = 1, W do
+        local p = plans[i]
+        if p and p[1] ~= nil then
+          write(i, member, p[1], p[2], tie)
+          touched[i] = true
+        end
+      end
+      if op == 'delete' then redis.call('HDEL', KEYS[2], member)
+      elseif meta ~= '' then redis.call('HSET', KEYS[2], member, meta) end
+    else
+      status = 2
+    end
+  end
+  if seq == nil then seq = tonumber(redis.call('GET', KEYS[1]) or '0') end
+  out[#out + 1] = status
+  out[#out + 1] = seq
+  if want_state then
+    for i = 1, W do
+      if in_mask(mask, i) then out[#out + 1] = redis.call('HGET', KEYS[3 * i + 2], member) or '' end
+    end
+  end
+end
+
+for i = 1, W do
+  local expire_at = ARGV[7 + i]
+  if touched[i] and expire_at ~= '0' then
+    for k = 0, 2 do redis.call('PEXPIREAT', KEYS[3 * i + k], expire_at) end
+  end
+end
+return out

@@ -1,0 +1,115 @@
+"""The one frozen settings model, read from the environment (CONTRACT section 7).
+
+Every `RANKSTREAM_*` variable must be a known setting or a `RANKSTREAM_KAFKA_<key>`
+librdkafka pass-through; anything else is a typo and stops the process with one line.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+
+from common.errors import ConfigError
+
+ENV_PREFIX = "RANKSTREAM_"
+KAFKA_PASSTHROUGH_PREFIX = "RANKSTREAM_KAFKA_"
+# librdkafka keys whose values are credentials: kept as SecretStr so they never print.
+_SECRET_MARKERS = ("password", "secret", "key.pem", "token")
+
+
+class Settings(BaseModel):
+    """Process configuration. Defaults point at the local stack (`rankstream stack up`)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kafka_bootstrap: str = "127.0.0.1:9092"
+    redis_url: SecretStr = SecretStr("redis://127.0.0.1:6379/0")
+    boards: Path = Path("boards.yaml")
+    topic_updates: str = "update_rank"
+    topic_dlq: str = "update_rank.dlq"
+    topic_cache: str = "update_cache"
+    worker_group: str = "rankstream-worker"
+    # Prefix of every Redis key: lets several deployments (or tests) share one Redis.
+    key_prefix: str = "rs:"
+    # How long an event id is remembered; keep it >= the update_rank topic retention.
+    dedupe_window_s: int = Field(default=7 * 24 * 3600, ge=60)
+    worker_batch_size: int = Field(default=1000, ge=1, le=100_000)
+    worker_batch_timeout_ms: int = Field(default=50, ge=1, le=60_000)
+    worker_http_port: int = Field(default=8081, ge=0, le=65535)
+    shutdown_deadline_s: float = Field(default=20.0, gt=0)
+    api_host: str = "0.0.0.0"  # noqa: S104 - a server in a pod listens on every interface
+    api_port: int = Field(default=8080, ge=0, le=65535)
+    top_cache_ttl_s: float = Field(default=1.0, ge=0)
+    log_level: str = "INFO"
+    # librdkafka pass-through: RANKSTREAM_KAFKA_SASL_MECHANISMS=PLAIN -> sasl.mechanisms=PLAIN
+    kafka: Mapping[str, str | SecretStr] = Field(default_factory=dict)
+
+    @field_validator("log_level")
+    @classmethod
+    def _known_level(cls, value: str) -> str:
+        upper = value.upper()
+        if upper not in {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}:
+            raise ValueError(f"unknown log level {value!r}")
+        return upper
+
+    @field_validator("key_prefix")
+    @classmethod
+    def _prefix_has_no_braces(cls, value: str) -> str:
+        # braces would shift the Redis Cluster hash tag away from the board
+        if "{" in value or "}" in value:
+            raise ValueError("must not contain '{' or '}'")
+        return value
+
+    def librdkafka(self, **extra: Any) -> dict[str, Any]:
+        """The librdkafka config: bootstrap, pass-through keys (secrets revealed), then `extra`."""
+        conf: dict[str, Any] = {"bootstrap.servers": self.kafka_bootstrap}
+        for key, value in self.kafka.items():
+            conf[key] = value.get_secret_value() if isinstance(value, SecretStr) else value
+        conf.update(extra)
+        return conf
+
+
+def _passthrough(environ: Mapping[str, str]) -> dict[str, str | SecretStr]:
+    out: dict[str, str | SecretStr] = {}
+    for name, value in environ.items():
+        if not name.startswith(KAFKA_PASSTHROUGH_PREFIX) or name == "RANKSTREAM_KAFKA_BOOTSTRAP":
+            continue
+        key = name[len(KAFKA_PASSTHROUGH_PREFIX) :].lower().replace("_", ".")
+        secret = any(marker in key for marker in _SECRET_MARKERS)
+        out[key] = SecretStr(value) if secret else value
+    return out
+
+
+def _known_env_names() -> set[str]:
+    return {ENV_PREFIX + name.upper() for name in Settings.model_fields if name != "kafka"}
+
+
+def load_settings(environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+    """Read settings from `environ` (default os.environ); raise ConfigError with one line."""
+    env = dict(os.environ if environ is None else environ)
+    known = _known_env_names()
+    unknown = sorted(
+        name
+        for name in env
+        if name.startswith(ENV_PREFIX)
+        and name not in known
+        and not name.startswith(KAFKA_PASSTHROUGH_PREFIX)
+        and not name.startswith("RANKSTREAM_TEST_")  # test-suite switches, read by tests/
+    )
+    if unknown:
+        raise ConfigError(f"unknown setting {unknown[0]} (known: {', '.join(sorted(known))})")
+    values: dict[str, Any] = {
+        name[len(ENV_PREFIX) :].lower(): value for name, value in env.items() if name in known
+    }
+    values["kafka"] = _passthrough(env)
+    values.update(overrides)
+    try:
+        return Settings.model_validate(values)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ENV_PREFIX + ".".join(str(p) for p in first["loc"]).upper()
+        raise ConfigError(f"{where}: {first['msg']}") from None

@@ -1,0 +1,1 @@
+"""The `rankstream` command and the local development stack (Kafka + Redis without Docker)."""

@@ -1,0 +1,108 @@
+"""The `rankstream` command: the two processes, the local stack, and tools for people."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from common.errors import ConfigError, RankstreamError, StackError
+from common.logs import setup_logging
+from common.settings import Settings, load_settings
+
+
+def _worker(args: argparse.Namespace, settings: Settings) -> int:
+    from worker.main import run_worker
+
+    return run_worker(settings)
+
+
+def _api(args: argparse.Namespace, settings: Settings) -> int:
+    from api.main import run_api
+
+    return run_api(settings)
+
+
+def _topics(args: argparse.Namespace, settings: Settings) -> int:
+    from rankstream.topics import ensure_topics
+
+    created = ensure_topics(settings)
+    print(f"topics ready ({', '.join(created) or 'all existed'} created)")
+    return 0
+
+
+def _stack(args: argparse.Namespace, settings: Settings) -> int:
+    from rankstream.devstack import DevStack
+
+    stack = DevStack(Path(args.dir), kafka_port=args.kafka_port, redis_port=args.redis_port)
+    if args.action == "prepare":
+        print(stack.prepare())
+    elif args.action == "up":
+        stack.up(settings)
+        print(f"kafka {stack.kafka.bootstrap}  redis {stack.redis.url}  logs+data {stack.folder}")
+    elif args.action == "down":
+        stack.down()
+        print("stack stopped")
+    else:
+        print(stack.status())
+    return 0
+
+
+def _dev(args: argparse.Namespace, settings: Settings) -> int:
+    from rankstream.devstack import run_dev
+
+    return run_dev(Path(args.dir), settings, events_per_s=args.rate)
+
+
+def _demo(args: argparse.Namespace, settings: Settings) -> int:
+    from rankstream.demo import run_demo_producer
+
+    return run_demo_producer(settings, events_per_s=args.rate, duration_s=args.duration)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rankstream", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("worker", help="consume update_rank and apply it to Redis").set_defaults(func=_worker)
+    sub.add_parser("api", help="serve the HTTP API").set_defaults(func=_api)
+    sub.add_parser("topics", help="create the Kafka topics if missing").set_defaults(func=_topics)
+
+    stack = sub.add_parser("stack", help="local Kafka + Redis without Docker (prepare | up | down | status)")
+    stack.add_argument("action", choices=["prepare", "up", "down", "status"])
+    dev = sub.add_parser("dev", help="stack + worker + API + demo producer, until Ctrl-C (make run)")
+    for p in (stack, dev):
+        p.add_argument("--dir", default=".stack", help="logs and data of the local stack")
+        p.add_argument("--kafka-port", type=int, default=9092)
+        p.add_argument("--redis-port", type=int, default=6379)
+    stack.set_defaults(func=_stack)
+    dev.add_argument("--rate", type=float, default=200.0, help="demo events per second")
+    dev.set_defaults(func=_dev)
+
+    demo = sub.add_parser("demo", help="produce realistic gift events")
+    demo.add_argument("--rate", type=float, default=200.0, help="events per second")
+    demo.add_argument("--duration", type=float, default=0.0, help="seconds; 0 = until interrupted")
+    demo.set_defaults(func=_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    func: Callable[[argparse.Namespace, Settings], int] = args.func
+    try:
+        settings = load_settings()
+        setup_logging(settings.log_level)
+        return func(args, settings)
+    except (ConfigError, StackError) as exc:
+        print(f"rankstream: {exc}", file=sys.stderr)
+        return 2
+    except RankstreamError as exc:
+        logging.getLogger("rankstream").error("%s", exc)  # noqa: TRY400 - an expected failure, one line
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,141 @@
+"""`rankstream stack` and `rankstream dev` (make run): the local stack in one known folder."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from types import FrameType
+
+from common.errors import StackError
+from common.settings import Settings
+from rankstream.demo import DEMO_HOT_BOARD
+from rankstream.stack import (
+    KAFKA_VERSION,
+    LocalKafka,
+    LocalRedis,
+    ensure_java,
+    ensure_kafka_jars,
+    ensure_redis_server,
+    pid_alive,
+    port_open,
+    read_pid,
+)
+from rankstream.topics import ensure_topics
+
+_log = logging.getLogger(__name__)
+
+
+class DevStack:
+    """Kafka and Redis for local use, on fixed ports, surviving between `make run`s."""
+
+    def __init__(self, folder: Path, kafka_port: int = 9092, redis_port: int = 6379) -> None:
+        self.folder = folder.resolve()
+        self.kafka = LocalKafka(
+            "kafka", self.folder / "kafka", port=kafka_port, controller_port=kafka_port + 1
+        )
+        # append-only file: Redis must not forget what Kafka's committed offsets say was applied
+        self.redis = LocalRedis("redis", self.folder / "redis", port=redis_port, persist=True)
+
+    def prepare(self) -> str:
+        """Install or fetch what the servers need (Redis binary, Java check, Kafka jars); start nothing."""
+        redis_server, java, jars = ensure_redis_server(), ensure_java(), ensure_kafka_jars()
+        return f"ready: {redis_server}, {java}, Kafka {KAFKA_VERSION} jars in {jars}"
+
+    def _running(self, server: LocalKafka | LocalRedis, port: int) -> bool:
+        pid = read_pid(server.pid_file)
+        return pid is not None and pid_alive(pid) and port_open(port)
+
+    def up(self, settings: Settings) -> bool:
+        """Start what is not running; return True when this call started anything."""
+        started = False
+        if not self._running(self.redis, self.redis.port):
+            self.redis.start()
+            started = True
+        if not self._running(self.kafka, self.kafka.port):
+            self.kafka.start()
+            started = True
+        ensure_topics(settings.model_copy(update={"kafka_bootstrap": self.kafka.bootstrap}))
+        return started
+
+    def down(self) -> None:
+        self.kafka.stop()
+        self.redis.stop()
+
+    def status(self) -> str:
+        kafka = "up" if self._running(self.kafka, self.kafka.port) else "down"
+        redis = "up" if self._running(self.redis, self.redis.port) else "down"
+        return (
+            f"kafka {kafka} ({self.kafka.bootstrap})  redis {redis} ({self.redis.url})  folder {self.folder}"
+        )
+
+
+def _wait_http(url: str, timeout: float, want: bytes = b"") -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as resp:  # noqa: S310 - our own loopback URL
+                if resp.status == 200 and want in resp.read():
+                    return True
+        except OSError:
+            pass
+        time.sleep(0.5)
+    return False
+
+
+def run_dev(folder: Path, settings: Settings, events_per_s: float) -> int:
+    """Stack, worker, API and demo producer until Ctrl-C; then everything stops cleanly."""
+    stack = DevStack(folder)
+    started_stack = stack.up(settings)
+    logs = stack.folder / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    env = {
+        **os.environ,
+        "RANKSTREAM_KAFKA_BOOTSTRAP": stack.kafka.bootstrap,
+        "RANKSTREAM_REDIS_URL": stack.redis.url,
+        "RANKSTREAM_BOARDS": str(settings.boards.resolve()),
+        "RANKSTREAM_API_PORT": str(settings.api_port),
+    }
+    children: dict[str, subprocess.Popen[bytes]] = {}
+    for name, extra in (("worker", []), ("api", []), ("demo", ["--rate", str(events_per_s)])):
+        with (logs / f"{name}.log").open("ab") as out:
+            argv = [sys.executable, "-m", "rankstream.cli", name, *extra]
+            children[name] = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
+
+    stopping = False
+
+    def _stop(signum: int, frame: FrameType | None) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGINT, _stop)
+    signal.signal(signal.SIGTERM, _stop)
+    url = f"http://127.0.0.1:{settings.api_port}/v1/boards/{DEMO_HOT_BOARD}/top?limit=10"
+    try:
+        if not _wait_http(url, timeout=60, want=b'"rank"'):
+            raise StackError(f"the API did not serve a live top-10 within 60s; see {logs}")
+        print(f"\nrankstream is running. Live top-10:\n  {url}\nLogs: {logs}   Ctrl-C stops everything.\n")
+        sys.stdout.flush()
+        while not stopping:
+            for name, child in children.items():
+                if child.poll() is not None:
+                    raise StackError(f"{name} exited with {child.returncode}; see {logs / name}.log")
+            time.sleep(0.5)
+    finally:
+        for child in children.values():
+            if child.poll() is None:
+                child.send_signal(signal.SIGTERM)
+        for child in children.values():
+            try:
+                child.wait(timeout=settings.shutdown_deadline_s + 5)
+            except subprocess.TimeoutExpired:
+                child.kill()
+        if started_stack:
+            stack.down()
+    print("stopped")
+    return 0

@@ -1,0 +1,294 @@
+"""Real Kafka and real Redis on a machine without Docker.
+
+Kafka is the Apache broker itself, its classpath resolved from Maven Central by
+Maven into a user cache folder and run with the machine's Java (single-node KRaft).
+Redis is the `redis-server` binary. Both run as child processes whose logs and data
+live in one folder; `stop()` leaves no stray process.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+import redis
+from confluent_kafka.admin import AdminClient
+
+from common.errors import StackError
+
+KAFKA_VERSION = "4.1.1"
+REDIS_INSTALL_HINT = "install it: apt-get install redis-server (Debian/Ubuntu) or brew install redis (macOS)"
+_log = logging.getLogger(__name__)
+
+
+def cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "rankstream"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def port_open(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(0.2)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _local_file(name: str) -> str:
+    return resources.files("rankstream").joinpath("local", name).read_text(encoding="utf-8")
+
+
+def _run_quiet(argv: list[str], what: str, timeout: float) -> None:
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise StackError(f"{what} failed: {exc}") from None
+    if proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+        raise StackError(f"{what} failed (exit {proc.returncode}): {' | '.join(tail)}")
+
+
+def ensure_java() -> str:
+    java = shutil.which("java")
+    if java is None:
+        raise StackError("java not found: Kafka needs Java >= 17 (apt-get install openjdk-17-jre-headless)")
+    out = subprocess.run([java, "-version"], capture_output=True, text=True, check=False).stderr
+    try:
+        major = int(out.split('"')[1].split(".")[0])
+    except (IndexError, ValueError):
+        major = 0
+    if major < 17:
+        raise StackError(f"Kafka {KAFKA_VERSION} needs Java >= 17, found: {out.splitlines()[:1]}")
+    return java
+
+
+def ensure_kafka_jars(version: str = KAFKA_VERSION) -> Path:
+    """The broker classpath folder, resolved once per machine and cached."""
+    libs = cache_dir() / f"kafka-{version}" / "libs"
+    done = libs / ".complete"
+    if done.exists():
+        return libs
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise StackError("mvn not found: it fetches the Kafka broker jars (apt-get install maven)")
+    libs.mkdir(parents=True, exist_ok=True)
+    pom = libs.parent / "pom.xml"
+    pom.write_text(_local_file("kafka-pom.xml").replace("4.1.1", version), encoding="utf-8")
+    _log.info("resolving the Kafka %s broker classpath into %s (once per machine)", version, libs)
+    argv = [mvn, "-q", "-B", "-f", str(pom), "dependency:copy-dependencies"]
+    argv += [f"-DoutputDirectory={libs}", "-DincludeScope=runtime"]
+    _run_quiet(argv, "resolving Kafka jars with Maven", timeout=900)
+    done.touch()
+    return libs
+
+
+def ensure_redis_server() -> str:
+    """Path of redis-server; installs Debian's package when missing and we are root."""
+    found = shutil.which("redis-server")
+    if found:
+        return found
+    if os.geteuid() == 0 and shutil.which("apt-get"):
+        _log.info("redis-server missing: installing Debian's package")
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        for argv in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "redis-server"]):
+            proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600, check=False)
+            if proc.returncode != 0:
+                raise StackError(f"{' '.join(argv)} failed: {proc.stderr.strip()[-200:]}")
+        found = shutil.which("redis-server")
+    if not found:
+        raise StackError(f"redis-server not found: {REDIS_INSTALL_HINT}")
+    return found
+
+
+def docker_engine_available() -> bool:
+    """True when a Docker engine answers (not merely a docker client on PATH)."""
+    if shutil.which("docker") is None:
+        return False
+    try:
+        proc = subprocess.run(["docker", "info"], capture_output=True, timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return proc.returncode == 0
+
+
+@dataclass
+class _Server:
+    """A server child process with its folder, pid file and log."""
+
+    name: str
+    folder: Path
+    proc: subprocess.Popen[bytes] | None = field(default=None, init=False)
+
+    @property
+    def pid_file(self) -> Path:
+        return self.folder / f"{self.name}.pid"
+
+    @property
+    def out_file(self) -> Path:
+        return self.folder / f"{self.name}.out"
+
+    def _spawn(self, argv: list[str], env: dict[str, str] | None = None) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        with self.out_file.open("ab") as out:
+            # own session: a Ctrl-C meant for the supervisor must not kill servers mid-write
+            self.proc = subprocess.Popen(
+                argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True, env=env,
+            )  # fmt: skip
+        self.pid_file.write_text(str(self.proc.pid), encoding="utf-8")
+
+    def _check_alive(self) -> None:
+        if self.proc is not None and self.proc.poll() is not None:
+            tail = self.out_file.read_text(errors="replace").strip().splitlines()[-5:]
+            raise StackError(f"{self.name} exited with {self.proc.returncode}: {' | '.join(tail)}")
+
+    def stop(self, timeout: float = 20.0) -> None:
+        pid = self.proc.pid if self.proc else read_pid(self.pid_file)
+        if pid is not None:
+            terminate(pid, timeout)
+        if self.proc is not None:
+            self.proc.wait(timeout=5)
+        self.pid_file.unlink(missing_ok=True)
+
+
+def read_pid(path: Path) -> int | None:
+    try:
+        return int(path.read_text(encoding="utf-8").strip())
+    except (OSError, ValueError):
+        return None
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def terminate(pid: int, timeout: float) -> None:
+    """SIGTERM the process group, then SIGKILL what is left after `timeout`."""
+    try:
+        os.killpg(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            done, _ = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:  # not our child: poll for its end instead
+            done = 0 if pid_alive(pid) else pid
+        if done == pid:
+            return
+        time.sleep(0.1)
+    _log.warning("pid %d ignored SIGTERM for %.0fs: killing it", pid, timeout)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGKILL)
+
+
+@dataclass
+class LocalKafka(_Server):
+    """Apache Kafka, single-node KRaft, from the cached jars."""
+
+    port: int = 9092
+    controller_port: int = 9093
+    heap: str = "-Xms256m -Xmx768m"
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 90.0) -> None:
+        java, libs = ensure_java(), ensure_kafka_jars()
+        data = self.folder / "data"
+        props = self.folder / "server.properties"
+        props.parent.mkdir(parents=True, exist_ok=True)
+        props.write_text(
+            _local_file("server.properties").format(
+                port=self.port, controller_port=self.controller_port, data_dir=data
+            ),
+            encoding="utf-8",
+        )
+        log4j = self.folder / "log4j2.properties"
+        log4j.write_text(_local_file("log4j2.properties"), encoding="utf-8")
+        for busy in (self.port, self.controller_port):
+            if port_open(busy):
+                raise StackError(f"port {busy} is taken: stop what listens there or pick other ports")
+        classpath = f"{libs}/*"
+        if not (data / "meta.properties").exists():
+            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+            argv = [java, "-cp", classpath, "kafka.tools.StorageTool", "format", "-t", cluster_id]
+            _run_quiet([*argv, "-c", str(props), "--standalone"], "formatting Kafka storage", timeout=120)
+        jvm = [*self.heap.split(), "-Djava.awt.headless=true", "-XX:+UseG1GC"]
+        jvm += [f"-Dlog4j2.configurationFile={log4j}", f"-Dkafka.logs.file={self.folder / 'server.log'}"]
+        self._spawn([java, *jvm, "-cp", classpath, "kafka.Kafka", str(props)])
+        self.wait_ready(timeout)
+
+    def wait_ready(self, timeout: float) -> None:
+        """Until the broker answers a metadata request (an open port is not enough)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self._check_alive()
+            if port_open(self.port) and kafka_answers(self.bootstrap):
+                return
+            time.sleep(0.3)
+        raise StackError(f"Kafka did not answer on {self.bootstrap} within {timeout:.0f}s; see {self.folder}")
+
+
+def kafka_answers(bootstrap: str, timeout: float = 2.0) -> bool:
+    admin = AdminClient({"bootstrap.servers": bootstrap, "socket.connection.setup.timeout.ms": 1000})
+    try:
+        return bool(admin.list_topics(timeout=timeout).brokers)
+    except Exception:  # noqa: BLE001 - any failure means "not yet"; the caller retries until its deadline
+        return False
+
+
+@dataclass
+class LocalRedis(_Server):
+    """redis-server on loopback; `persist` keeps data across restarts (append-only file)."""
+
+    port: int = 6379
+    persist: bool = False
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self, timeout: float = 20.0) -> None:
+        binary = ensure_redis_server()
+        if port_open(self.port):
+            raise StackError(f"port {self.port} is taken: stop what listens there or pick another port")
+        self.folder.mkdir(parents=True, exist_ok=True)
+        argv = [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--daemonize", "no"]
+        argv += ["--dir", str(self.folder), "--logfile", str(self.folder / "redis.log"), "--save", ""]
+        argv += ["--appendonly", "yes" if self.persist else "no"]
+        self._spawn(argv)
+        deadline = time.monotonic() + timeout
+        client = redis.Redis(port=self.port, socket_connect_timeout=0.5)
+        while time.monotonic() < deadline:
+            self._check_alive()
+            try:
+                if client.ping():
+                    client.close()
+                    return
+            except redis.RedisError:
+                time.sleep(0.1)
+        raise StackError(f"Redis did not answer on port {self.port} within {timeout:.0f}s")

@@ -1,0 +1,55 @@
+"""Creates rankstream's topics (idempotent): the local stack, tests and a deploy job use it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]  # re-exported at runtime, not in the stub's __all__
+
+from common.errors import InfrastructureError
+from common.settings import Settings
+
+UPDATE_PARTITIONS = 6
+CACHE_PARTITIONS = 6
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    name: str
+    partitions: int
+    config: dict[str, str]
+
+
+def topic_specs(settings: Settings) -> list[TopicSpec]:
+    return [
+        TopicSpec(settings.topic_updates, UPDATE_PARTITIONS, {}),
+        TopicSpec(settings.topic_dlq, 1, {}),
+        # Compacted: replay cost grows with members, not events. Hourly segments let the
+        # cleaner compact the log instead of leaving a week of history in the active segment.
+        TopicSpec(
+            settings.topic_cache,
+            CACHE_PARTITIONS,
+            {"cleanup.policy": "compact", "segment.ms": "3600000", "min.cleanable.dirty.ratio": "0.1"},
+        ),
+    ]
+
+
+def ensure_topics(settings: Settings, replication: int = 1, timeout: float = 30.0) -> list[str]:
+    """Create missing topics; return the names created. Existing topics are left as they are."""
+    admin = AdminClient(settings.librdkafka())
+    specs = topic_specs(settings)
+    futures = admin.create_topics(
+        [NewTopic(s.name, s.partitions, replication, config=s.config) for s in specs],
+        operation_timeout=timeout,
+        request_timeout=timeout,
+    )
+    created = []
+    for name, future in futures.items():
+        try:
+            future.result(timeout=timeout)
+            created.append(name)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise InfrastructureError(f"creating topic {name}: {exc.args[0].str()}") from None
+    return created

@@ -1,0 +1,157 @@
+"""Real Kafka and Redis for the whole session, and per-test isolation.
+
+Where the servers come from, in order: RANKSTREAM_TEST_KAFKA / RANKSTREAM_TEST_REDIS (running
+ones), testcontainers when a Docker engine answers, otherwise the local stack (Kafka from Maven
+jars, redis-server) in .stack/test/. Never a silent skip: if none works the session fails.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient
+
+from common.settings import Settings, load_settings
+from rankstream.stack import LocalKafka, LocalRedis, docker_engine_available, free_port
+from rankstream.topics import ensure_topics
+
+ROOT = Path(__file__).resolve().parent.parent
+KAFKA_IMAGE = "apache/kafka:4.1.1"
+REDIS_IMAGE = "redis:7.4"
+
+
+@dataclass(frozen=True)
+class Servers:
+    kafka_bootstrap: str
+    redis_url: str
+    origin: str  # env | testcontainers | local
+
+
+def _testcontainers(stack: ExitStack) -> Servers:
+    from testcontainers.kafka import KafkaContainer
+    from testcontainers.redis import RedisContainer
+
+    kafka = stack.enter_context(KafkaContainer(KAFKA_IMAGE).with_kraft())
+    redis_c = stack.enter_context(RedisContainer(REDIS_IMAGE))
+    redis_url = f"redis://{redis_c.get_container_host_ip()}:{redis_c.get_exposed_port(6379)}/0"
+    return Servers(kafka.get_bootstrap_server(), redis_url, "testcontainers")
+
+
+def _local(stack: ExitStack) -> Servers:
+    folder = ROOT / ".stack" / "test"
+    shutil.rmtree(folder, ignore_errors=True)
+    redis_server = LocalRedis("redis", folder / "redis", port=free_port())
+    redis_server.start()
+    stack.callback(redis_server.stop)
+    kafka = LocalKafka("kafka", folder / "kafka", port=free_port(), controller_port=free_port())
+    stack.callback(kafka.stop)
+    kafka.start()
+    return Servers(kafka.bootstrap, redis_server.url, "local")
+
+
+@pytest.fixture(scope="session")
+def servers() -> Iterator[Servers]:
+    env_kafka = os.environ.get("RANKSTREAM_TEST_KAFKA")
+    env_redis = os.environ.get("RANKSTREAM_TEST_REDIS")
+    with ExitStack() as stack:
+        if env_kafka and env_redis:
+            found = Servers(env_kafka, env_redis, "env")
+        else:
+            started = _testcontainers(stack) if docker_engine_available() else _local(stack)
+            found = Servers(
+                env_kafka or started.kafka_bootstrap, env_redis or started.redis_url, started.origin
+            )
+        yield found
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def make_settings(servers: Servers, tmp_path: Path) -> Callable[..., Settings]:
+    """Settings of one test: its own topics, group and Redis key prefix."""
+    tag = uuid.uuid4().hex[:10]
+    base = {
+        "kafka_bootstrap": servers.kafka_bootstrap,
+        "redis_url": servers.redis_url,
+        "boards": ROOT / "deploy" / "boards.yaml",
+        "topic_updates": f"t{tag}.update_rank",
+        "topic_dlq": f"t{tag}.update_rank.dlq",
+        "topic_cache": f"t{tag}.update_cache",
+        "worker_group": f"g{tag}",
+        "key_prefix": f"t{tag}:",
+        "worker_http_port": 0,
+    }
+
+    def build(**overrides: Any) -> Settings:
+        return load_settings({}, **{**base, **overrides})
+
+    return build
+
+
+@pytest.fixture
+def settings(make_settings: Callable[..., Settings]) -> Settings:
+    return make_settings()
+
+
+@pytest.fixture
+def topics(settings: Settings) -> Iterator[Settings]:
+    """The test's topics exist for its duration, then are deleted."""
+    ensure_topics(settings)
+    yield settings
+    admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
+    names = [settings.topic_updates, settings.topic_dlq, settings.topic_cache]
+    for future in admin.delete_topics(names, operation_timeout=30).values():
+        future.result(timeout=30)
+
+
+@pytest.fixture
+def rclient(settings: Settings) -> Iterator[redis.Redis]:
+    """A Redis client; the test's keys (its prefix) are removed afterwards."""
+    client = redis.Redis.from_url(settings.redis_url.get_secret_value())
+    yield client
+    keys = list(client.scan_iter(match=f"{settings.key_prefix}*", count=1000))
+    for start in range(0, len(keys), 500):
+        client.delete(*keys[start : start + 500])
+    client.close()
+
+
+@pytest.fixture
+def producer(settings: Settings) -> Iterator[Producer]:
+    prod = Producer({"bootstrap.servers": settings.kafka_bootstrap, "linger.ms": 5})
+    yield prod
+    prod.flush(10)
+
+
+@pytest.fixture
+def consumer_factory(settings: Settings) -> Iterator[Callable[..., Consumer]]:
+    opened: list[Consumer] = []
+
+    def make(topic: str, **conf: Any) -> Consumer:
+        consumer = Consumer(
+            {
+                "bootstrap.servers": settings.kafka_bootstrap,
+                "group.id": unique("reader"),
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": False,
+                **conf,
+            }
+        )
+        consumer.subscribe([topic])
+        opened.append(consumer)
+        return consumer
+
+    yield make
+    for consumer in opened:
+        consumer.close()

@@ -1,0 +1,66 @@
+from __future__ import annotations
+
+import pytest
+from pydantic import SecretStr
+
+from common.errors import ConfigError
+from common.settings import load_settings
+
+
+def test_defaults_point_at_the_local_stack():
+    s = load_settings({})
+    assert s.kafka_bootstrap == "127.0.0.1:9092"
+    assert s.redis_url.get_secret_value() == "redis://127.0.0.1:6379/0"
+    assert (s.topic_updates, s.topic_dlq, s.topic_cache) == ("update_rank", "update_rank.dlq", "update_cache")
+    assert s.dedupe_window_s == 7 * 24 * 3600
+
+
+def test_environment_is_read_and_frozen():
+    s = load_settings({"RANKSTREAM_KAFKA_BOOTSTRAP": "k:1", "RANKSTREAM_API_PORT": "9000"})
+    assert (s.kafka_bootstrap, s.api_port) == ("k:1", 9000)
+    with pytest.raises(ValueError, match="frozen"):
+        s.api_port = 1  # type: ignore[misc]  # the point: it must refuse
+
+
+def test_librdkafka_passthrough_keeps_secrets_secret():
+    s = load_settings(
+        {
+            "RANKSTREAM_KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
+            "RANKSTREAM_KAFKA_SASL_PASSWORD": "hunter2",
+        }
+    )
+    assert isinstance(s.kafka["sasl.password"], SecretStr)
+    assert "hunter2" not in repr(s)
+    conf = s.librdkafka(**{"group.id": "g"})
+    assert conf == {
+        "bootstrap.servers": "127.0.0.1:9092",
+        "security.protocol": "SASL_SSL",
+        "sasl.password": "hunter2",
+        "group.id": "g",
+    }
+
+
+def test_redis_url_is_secret():
+    s = load_settings({"RANKSTREAM_REDIS_URL": "redis://:pw@host:6379/0"})
+    assert "pw" not in repr(s)
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"RANKSTREAM_KAFKA_BOOTSTRAPP": "x"}, None),  # a typo of a pass-through is librdkafka's to refuse
+        ({"RANKSTREAM_REDIS_ULR": "x"}, "unknown setting RANKSTREAM_REDIS_ULR"),
+        ({"RANKSTREAM_API_PORT": "eighty"}, "RANKSTREAM_API_PORT"),
+        ({"RANKSTREAM_API_PORT": "70000"}, "RANKSTREAM_API_PORT"),
+        ({"RANKSTREAM_LOG_LEVEL": "LOUD"}, "unknown log level"),
+        ({"RANKSTREAM_KEY_PREFIX": "a{b}"}, "RANKSTREAM_KEY_PREFIX"),
+        ({"RANKSTREAM_DEDUPE_WINDOW_S": "1"}, "RANKSTREAM_DEDUPE_WINDOW_S"),
+    ],
+)
+def test_bad_settings_fail_with_one_line(env, message):
+    if message is None:
+        assert load_settings(env).kafka["bootstrapp"] == "x"
+        return
+    with pytest.raises(ConfigError, match=message) as info:
+        load_settings(env)
+    assert "\n" not in str(info.value)

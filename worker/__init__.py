@@ -1,0 +1,1 @@
+"""The write path: Kafka `update_rank` -> validate -> apply in Redis -> publish -> commit."""

@@ -1,0 +1,176 @@
+"""The worker loop: consume a batch, validate, apply in Redis, dead-letter the bad, and only
+then commit. A Redis or Kafka failure rewinds the batch (seek back) and backs off: nothing is
+committed that was not applied, and the re-application is a no-op thanks to the dedupe record."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import redis
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+from common.boards import BoardsConfig
+from common.errors import BadEvent, InfrastructureError
+from common.events import UpdateEvent, parse_message
+from common.kafka_types import MessageLike
+from worker.apply import Applier, Status
+from worker.dlq import DeadLetters
+from worker.metrics import WorkerMetrics
+
+_log = logging.getLogger(__name__)
+MAX_BACKOFF_S = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class _Origin:
+    msg: MessageLike
+    index: int | None
+
+
+def effective_ts(event: UpdateEvent, msg: MessageLike) -> int:
+    """The event's own time, else the Kafka message timestamp, else now."""
+    if event.ts is not None:
+        return event.ts
+    ts_type, ts = msg.timestamp()
+    return ts if ts_type != 0 and ts >= 0 else int(time.time() * 1000)  # 0 = TIMESTAMP_NOT_AVAILABLE
+
+
+class WorkerLoop:
+    def __init__(
+        self,
+        *,
+        consumer: Consumer,
+        boards: BoardsConfig,
+        applier: Applier,
+        dead_letters: DeadLetters,
+        metrics: WorkerMetrics,
+        batch_size: int,
+        batch_timeout_s: float,
+    ) -> None:
+        self._consumer = consumer
+        self._boards = boards
+        self._applier = applier
+        self._dlq = dead_letters
+        self._metrics = metrics
+        self._batch_size = batch_size
+        self._batch_timeout_s = batch_timeout_s
+        self._stop = threading.Event()
+        self._uncommitted: dict[tuple[str, int], int] = {}
+        self.last_loop = time.monotonic()  # liveness: the loop is turning
+        self.assigned = 0
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    # --- rebalance callbacks (run inside consume()) -------------------------------------------
+    def on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self.assigned += len(partitions)
+        _log.info("partitions assigned", extra={"partitions": [p.partition for p in partitions]})
+
+    def on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self.assigned -= len(partitions)
+        revoked = {(p.topic, p.partition) for p in partitions}
+        self._commit(only=revoked)
+        _log.info("partitions revoked", extra={"partitions": [p.partition for p in partitions]})
+
+    # --- the loop -----------------------------------------------------------------------------
+    def run(self) -> None:
+        backoff = 0.1
+        while not self._stop.is_set():
+            self.last_loop = time.monotonic()
+            batch = self._consumer.consume(self._batch_size, self._batch_timeout_s)
+            messages = [m for m in batch if not self._is_error(m)]
+            if not messages:
+                continue
+            try:
+                self.process(messages)
+                backoff = 0.1
+            except (InfrastructureError, redis.RedisError, KafkaException) as exc:
+                self._metrics.retries.inc()
+                _log.warning("batch failed, rewinding", extra={"error": str(exc), "backoff_s": backoff})
+                self._rewind(messages)
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, MAX_BACKOFF_S)
+                continue
+            for msg in messages:
+                key = (msg.topic() or "", msg.partition() or 0)
+                self._uncommitted[key] = max(self._uncommitted.get(key, -1), (msg.offset() or 0) + 1)
+            self._commit()
+
+    def _is_error(self, msg: MessageLike) -> bool:
+        err = msg.error()
+        if err is None:
+            return False
+        if err.code() == KafkaError._PARTITION_EOF:
+            return True
+        if err.fatal():
+            raise KafkaException(err)
+        _log.warning("consumer error", extra={"error": err.str()})
+        return True
+
+    def process(self, messages: Sequence[MessageLike]) -> None:
+        """Apply one batch; raises (without committing anything) on infrastructure failure."""
+        self._metrics.consumed.inc(len(messages))
+        self._metrics.batch_size.observe(len(messages))
+        pairs: list[tuple[UpdateEvent, int]] = []
+        origins: dict[int, _Origin] = {}
+        for msg in messages:
+            result = parse_message(msg.value(), self._boards)
+            for bad in result.rejections:
+                self._dead_letter(msg, bad)
+            for event, index in zip(result.events, result.indexes, strict=True):
+                pairs.append((event, effective_ts(event, msg)))
+                origins[id(event)] = _Origin(msg, index)
+        if pairs:
+            started = time.perf_counter()
+            outcomes = self._applier.apply(pairs)
+            self._metrics.apply_seconds.observe(time.perf_counter() - started)
+            for outcome in outcomes:
+                self._metrics.late_windows.inc(outcome.late_windows)
+                if outcome.status is Status.OUT_OF_RANGE:
+                    origin = origins[id(outcome.event)]
+                    bad = BadEvent("score_out_of_range", "the resulting score leaves the exact range ±2^53")
+                    bad.index = origin.index
+                    self._dead_letter(origin.msg, bad)
+                else:
+                    self._metrics.events.labels(
+                        "applied" if outcome.status is Status.APPLIED else "duplicate"
+                    ).inc()
+        self._dlq.flush(timeout=10)
+
+    def _dead_letter(self, msg: MessageLike, bad: BadEvent) -> None:
+        self._dlq.send(msg, bad)
+        self._metrics.dead_lettered.labels(bad.reason).inc()
+
+    def _rewind(self, messages: Sequence[MessageLike]) -> None:
+        first: dict[tuple[str, int], int] = {}
+        for msg in messages:
+            key = (msg.topic() or "", msg.partition() or 0)
+            first[key] = min(first.get(key, msg.offset() or 0), msg.offset() or 0)
+        for (topic, partition), offset in first.items():
+            try:
+                self._consumer.seek(TopicPartition(topic, partition, offset))
+            except KafkaException as exc:  # revoked meanwhile: its new owner starts from the commit
+                _log.info("rewind skipped", extra={"partition": partition, "error": str(exc)})
+
+    def _commit(self, only: set[tuple[str, int]] | None = None) -> None:
+        todo = {k: v for k, v in self._uncommitted.items() if only is None or k in only}
+        if not todo:
+            return
+        offsets = [TopicPartition(t, p, o) for (t, p), o in todo.items()]
+        try:
+            self._consumer.commit(offsets=offsets, asynchronous=False)
+        except KafkaException as exc:
+            # kept for the next commit; a partition lost meanwhile is redone by its new owner
+            _log.warning("commit failed", extra={"error": str(exc)})
+            return
+        for key in todo:
+            self._uncommitted.pop(key, None)
+
+    def close(self) -> None:
+        self._commit()
+        self._consumer.close()

@@ -1,0 +1,44 @@
+"""The worker's Prometheus metrics: everything that can go wrong is counted."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+
+class WorkerMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.consumed = Counter("rankstream_worker_messages_consumed", "Kafka messages consumed", registry=r)
+        self.events = Counter(
+            "rankstream_worker_events", "Valid events by outcome", ["outcome"], registry=r
+        )  # applied | duplicate
+        self.dead_lettered = Counter(
+            "rankstream_worker_dead_lettered",
+            "Bad events sent to the dead-letter topic",
+            ["reason"],
+            registry=r,
+        )
+        self.late_windows = Counter(
+            "rankstream_worker_late_windows",
+            "Calendar windows an event missed because its period closed beyond late_grace",
+            registry=r,
+        )
+        self.batch_size = Histogram(
+            "rankstream_worker_batch_messages",
+            "Messages per consumed batch",
+            buckets=(1, 10, 50, 100, 250, 500, 1000, 2500, 5000),
+            registry=r,
+        )
+        self.apply_seconds = Histogram(
+            "rankstream_worker_apply_seconds",
+            "Time to apply one batch in Redis",
+            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+            registry=r,
+        )
+        self.retries = Counter(
+            "rankstream_worker_batch_retries", "Batches rewound after a Redis or Kafka error", registry=r
+        )
+        self.lag = Gauge(
+            "rankstream_worker_consumer_lag", "Messages behind the partition end", ["partition"], registry=r
+        )
