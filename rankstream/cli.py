@@ -34,14 +34,14 @@ def _topics(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _stack(args: argparse.Namespace, settings: Settings) -> int:
-    from rankstream.devstack import DevStack
+    from rankstream.devstack import choose_stack
 
-    stack = DevStack(Path(args.dir), kafka_port=args.kafka_port, redis_port=args.redis_port)
+    stack = choose_stack(args.engine, Path(args.dir), args.kafka_port, args.redis_port)
     if args.action == "prepare":
         print(stack.prepare())
     elif args.action == "up":
         stack.up(settings)
-        print(f"kafka {stack.kafka.bootstrap}  redis {stack.redis.url}  logs+data {stack.folder}")
+        print(f"kafka {stack.kafka_bootstrap}  redis {stack.redis_url}  logs+data {stack.folder}")
     elif args.action == "down":
         stack.down()
         print("stack stopped")
@@ -51,9 +51,10 @@ def _stack(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _dev(args: argparse.Namespace, settings: Settings) -> int:
-    from rankstream.devstack import run_dev
+    from rankstream.devstack import choose_stack, run_dev
 
-    return run_dev(Path(args.dir), settings, events_per_s=args.rate)
+    stack = choose_stack(args.engine, Path(args.dir), args.kafka_port, args.redis_port)
+    return run_dev(stack, settings, events_per_s=args.rate)
 
 
 def _demo(args: argparse.Namespace, settings: Settings) -> int:
@@ -76,6 +77,12 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--dir", default=".stack", help="logs and data of the local stack")
         p.add_argument("--kafka-port", type=int, default=9092)
         p.add_argument("--redis-port", type=int, default=6379)
+        p.add_argument(
+            "--engine",
+            choices=["auto", "local", "docker"],
+            default="auto",
+            help="docker: deploy/compose.yaml; local: Kafka jars + redis-server; auto: docker if it answers",
+        )
     stack.set_defaults(func=_stack)
     dev.add_argument("--rate", type=float, default=200.0, help="demo events per second")
     dev.set_defaults(func=_dev)

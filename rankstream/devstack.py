@@ -19,6 +19,7 @@ from rankstream.stack import (
     KAFKA_VERSION,
     LocalKafka,
     LocalRedis,
+    docker_engine_available,
     ensure_java,
     ensure_kafka_jars,
     ensure_redis_server,
@@ -31,11 +32,16 @@ from rankstream.topics import ensure_topics
 _log = logging.getLogger(__name__)
 
 
+COMPOSE_FILE = Path(__file__).resolve().parent.parent / "deploy" / "compose.yaml"
+
+
 class DevStack:
     """Kafka and Redis for local use, on fixed ports, surviving between `make run`s."""
 
     def __init__(self, folder: Path, kafka_port: int = 9092, redis_port: int = 6379) -> None:
         self.folder = folder.resolve()
+        self.kafka_bootstrap = f"127.0.0.1:{kafka_port}"
+        self.redis_url = f"redis://127.0.0.1:{redis_port}/0"
         self.kafka = LocalKafka(
             "kafka", self.folder / "kafka", port=kafka_port, controller_port=kafka_port + 1
         )
@@ -75,6 +81,44 @@ class DevStack:
         )
 
 
+class ComposeStack:
+    """The same Kafka and Redis from deploy/compose.yaml, where a Docker engine answers."""
+
+    kafka_bootstrap = "127.0.0.1:9092"
+    redis_url = "redis://127.0.0.1:6379/0"
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder.resolve()
+
+    def _compose(self, *args: str) -> None:
+        argv = ["docker", "compose", "-f", str(COMPOSE_FILE), *args]
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False)
+        if proc.returncode != 0:
+            raise StackError(f"docker compose {' '.join(args)} failed: {proc.stderr.strip()[-300:]}")
+
+    def prepare(self) -> str:
+        self._compose("pull", "kafka", "redis")
+        return f"ready: images of {COMPOSE_FILE}"
+
+    def up(self, settings: Settings) -> bool:
+        self._compose("up", "-d", "--wait", "kafka", "redis")
+        ensure_topics(settings.model_copy(update={"kafka_bootstrap": self.kafka_bootstrap}))
+        return True
+
+    def down(self) -> None:
+        self._compose("down")
+
+    def status(self) -> str:
+        return f"compose stack of {COMPOSE_FILE}: kafka {self.kafka_bootstrap}, redis {self.redis_url}"
+
+
+def choose_stack(engine: str, folder: Path, kafka_port: int, redis_port: int) -> DevStack | ComposeStack:
+    """`docker` or `local`; `auto` takes Docker when an engine answers, else the local processes."""
+    if engine == "docker" or (engine == "auto" and docker_engine_available()):
+        return ComposeStack(folder)
+    return DevStack(folder, kafka_port=kafka_port, redis_port=redis_port)
+
+
 def _wait_http(url: str, timeout: float, want: bytes = b"") -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -88,16 +132,15 @@ def _wait_http(url: str, timeout: float, want: bytes = b"") -> bool:
     return False
 
 
-def run_dev(folder: Path, settings: Settings, events_per_s: float) -> int:
+def run_dev(stack: DevStack | ComposeStack, settings: Settings, events_per_s: float) -> int:
     """Stack, worker, API and demo producer until Ctrl-C; then everything stops cleanly."""
-    stack = DevStack(folder)
     started_stack = stack.up(settings)
     logs = stack.folder / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     env = {
         **os.environ,
-        "RANKSTREAM_KAFKA_BOOTSTRAP": stack.kafka.bootstrap,
-        "RANKSTREAM_REDIS_URL": stack.redis.url,
+        "RANKSTREAM_KAFKA_BOOTSTRAP": stack.kafka_bootstrap,
+        "RANKSTREAM_REDIS_URL": stack.redis_url,
         "RANKSTREAM_BOARDS": str(settings.boards.resolve()),
         "RANKSTREAM_API_PORT": str(settings.api_port),
     }

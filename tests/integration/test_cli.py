@@ -1,0 +1,97 @@
+"""The commands people type: `make run`'s supervisor end to end, and bad config failing in one line."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import orjson
+import pytest
+
+from rankstream.stack import free_port
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _rankstream(*args: str, env: dict[str, str], merge_stderr: bool = False) -> subprocess.Popen[str]:
+    stderr = subprocess.STDOUT if merge_stderr else subprocess.PIPE
+    argv = [sys.executable, "-m", "rankstream.cli", *args]
+    return subprocess.Popen(argv, env=env, text=True, cwd=ROOT, stdout=subprocess.PIPE, stderr=stderr)
+
+
+def _get(url: str) -> dict[str, object]:
+    with urllib.request.urlopen(url, timeout=5) as resp:  # noqa: S310 - loopback
+        body: dict[str, object] = orjson.loads(resp.read())
+        return body
+
+
+def _clean_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("RANKSTREAM_")}
+
+
+def test_dev_serves_a_live_top10_and_stops_without_leftovers(tmp_path):
+    api_port = free_port()
+    env = {
+        **_clean_env(),
+        "RANKSTREAM_API_PORT": str(api_port),
+        "RANKSTREAM_WORKER_HTTP_PORT": str(free_port()),
+        "RANKSTREAM_BOARDS": str(ROOT / "deploy" / "boards.yaml"),
+    }
+    folder = tmp_path / "stack"
+    args = ["dev", "--dir", str(folder), "--kafka-port", str(free_port()), "--redis-port", str(free_port())]
+    proc = _rankstream(*args, "--rate", "300", env=env, merge_stderr=True)
+    try:
+        url = None
+        deadline = time.monotonic() + 120
+        assert proc.stdout is not None
+        while url is None and time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            assert line, f"rankstream dev ended early: {proc.wait()}"
+            if line.strip().startswith("http://"):
+                url = line.strip()
+        assert url == f"http://127.0.0.1:{api_port}/v1/boards/gift:room42/top?limit=10"
+        first = _get(url)
+        items = first["items"]
+        assert isinstance(items, list) and 1 <= len(items) <= 10
+        assert [i["rank"] for i in items] == list(range(1, len(items) + 1))
+        time.sleep(2)
+        assert int(str(_get(url)["seq"])) > int(str(first["seq"]))  # live: the producer keeps going
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=60)
+        assert proc.returncode == 0
+    leftovers = subprocess.run(["pgrep", "-f", str(folder)], capture_output=True, text=True, check=False)
+    assert leftovers.stdout == ""
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({"RANKSTREAM_BOARDS": "/nonexistent/boards.yaml"}, "/nonexistent/boards.yaml"),
+        ({"RANKSTREAM_BORADS": "x.yaml"}, "unknown setting RANKSTREAM_BORADS"),
+        ({"RANKSTREAM_API_PORT": "http"}, "RANKSTREAM_API_PORT"),
+    ],
+)
+def test_bad_config_exits_non_zero_with_one_readable_line(tmp_path, env, expected):
+    for command in ("worker", "api"):
+        proc = _rankstream(command, env={**_clean_env(), **env})
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 2
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("rankstream: ") and expected in lines[0], err
+
+
+def test_bad_board_file_names_file_key_and_reason(tmp_path):
+    bad = tmp_path / "boards.yaml"
+    bad.write_text("types:\n  gift:\n    order: upward\n")
+    proc = _rankstream("worker", env={**_clean_env(), "RANKSTREAM_BOARDS": str(bad)})
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2
+    assert err.strip() == err.strip().splitlines()[0]
+    assert str(bad) in err and "types.gift.order" in err and "upward" in err
