@@ -20,15 +20,21 @@ def redis_client(settings: Settings, **kwargs: Any) -> redis.Redis:
         raise ConfigError(f"RANKSTREAM_REDIS_URL: {exc}") from None
 
 
-def kafka_producer(settings: Settings, **extra: Any) -> Producer:
+def kafka_producer(
+    settings: Settings, extra: dict[str, Any], defaults: dict[str, Any] | None = None
+) -> Producer:
+    """`extra` always applies; `defaults` yield to RANKSTREAM_KAFKA_* pass-through keys."""
     try:
-        return Producer(settings.librdkafka(**extra))
+        return Producer(settings.librdkafka(extra, defaults))
     except KafkaException as exc:
         raise ConfigError(f"Kafka producer config: {exc.args[0].str()}") from None
 
 
-def kafka_consumer(settings: Settings, **extra: Any) -> Consumer:
+def kafka_consumer(
+    settings: Settings, extra: dict[str, Any], defaults: dict[str, Any] | None = None
+) -> Consumer:
+    """`extra` always applies; `defaults` yield to RANKSTREAM_KAFKA_* pass-through keys."""
     try:
-        return Consumer(settings.librdkafka(**extra))
+        return Consumer(settings.librdkafka(extra, defaults))
     except KafkaException as exc:
         raise ConfigError(f"Kafka consumer config: {exc.args[0].str()}") from None

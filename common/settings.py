@@ -64,12 +64,15 @@ class Settings(BaseModel):
             raise ValueError("must not contain '{' or '}'")
         return value
 
-    def librdkafka(self, **extra: Any) -> dict[str, Any]:
-        """The librdkafka config: bootstrap, pass-through keys (secrets revealed), then `extra`."""
-        conf: dict[str, Any] = {"bootstrap.servers": self.kafka_bootstrap}
+    def librdkafka(
+        self, extra: Mapping[str, Any] | None = None, defaults: Mapping[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """The librdkafka config: `defaults` (which pass-through keys may override), bootstrap,
+        pass-through keys (secrets revealed), then `extra` (what rankstream's correctness needs)."""
+        conf: dict[str, Any] = {**(defaults or {}), "bootstrap.servers": self.kafka_bootstrap}
         for key, value in self.kafka.items():
             conf[key] = value.get_secret_value() if isinstance(value, SecretStr) else value
-        conf.update(extra)
+        conf.update(extra or {})
         return conf
 
 

@@ -37,7 +37,7 @@ def demo_event(rng: random.Random, now_ms: int) -> dict[str, object]:
 
 
 def run_demo_producer(settings: Settings, events_per_s: float, duration_s: float = 0.0) -> int:
-    producer = Producer(settings.librdkafka(**{"linger.ms": 20, "enable.idempotence": True}))
+    producer = Producer(settings.librdkafka({"enable.idempotence": True}, defaults={"linger.ms": 20}))
     rng = random.Random()  # noqa: S311 - demo data, not security
     stop = False
 

@@ -6,8 +6,10 @@ import logging
 import signal
 import threading
 import time
+from collections.abc import Callable
 from types import FrameType
 
+import orjson
 import redis
 
 from common.boards import load_boards
@@ -22,21 +24,45 @@ from worker.metrics import WorkerMetrics
 _log = logging.getLogger(__name__)
 
 
+def lag_reporter(metrics: WorkerMetrics) -> Callable[[str], None]:
+    """librdkafka statistics -> consumer lag per assigned partition."""
+
+    def on_stats(raw: str) -> None:
+        stats = orjson.loads(raw)
+        for topic in stats.get("topics", {}).values():
+            for partition, info in topic.get("partitions", {}).items():
+                lag = info.get("consumer_lag", -1)
+                if partition != "-1" and lag >= 0:
+                    metrics.lag.labels(partition).set(lag)
+
+    return on_stats
+
+
 def build_loop(settings: Settings, metrics: WorkerMetrics) -> tuple[WorkerLoop, redis.Redis]:
     boards = load_boards(settings.boards)
     client = redis_client(settings)
     consumer = kafka_consumer(
         settings,
-        **{
+        # what exactly-once application depends on: never overridden
+        {
             "group.id": settings.worker_group,
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
+            "enable.partition.eof": False,
+            "stats_cb": lag_reporter(metrics),
+        },
+        # tunable through RANKSTREAM_KAFKA_*: a crashed worker's partitions move after 10 s, not 45
+        defaults={
             "auto.offset.reset": "earliest",
             "partition.assignment.strategy": "cooperative-sticky",
-            "enable.partition.eof": False,
+            "session.timeout.ms": 10_000,
+            "heartbeat.interval.ms": 2_000,
+            "statistics.interval.ms": 5_000,
         },
     )
-    producer = kafka_producer(settings, **{"enable.idempotence": True, "acks": "all", "linger.ms": 5})
+    producer = kafka_producer(
+        settings, {"enable.idempotence": True, "acks": "all"}, defaults={"linger.ms": 5}
+    )
     applier = Applier(client, boards, settings.key_prefix, settings.dedupe_window_s * 1000)
     loop = WorkerLoop(
         consumer=consumer,

@@ -90,42 +90,43 @@ local function write(i, member, new, old_tie, tie)
   if maxm > 0 then rebalance(rk, ov) end
 end
 
-local out, touched, seq = {}, {}, nil
+local out, touched = {}, {}
+local seq0 = tonumber(redis.call('GET', KEYS[1]) or '0')
+local seq = seq0
 local base = 7 + W
 for e = 1, E do
   local at = base + (e - 1) * 6
   local op, member, score = ARGV[at + 1], ARGV[at + 2], tonumber(ARGV[at + 3])
   local tie, meta, mask = tonumber(ARGV[at + 4]), ARGV[at + 5], tonumber(ARGV[at + 6])
   local dedupe = KEYS[2 + 3 * W + e]
-  local status = 0
-  if redis.call('EXISTS', dedupe) == 0 then
-    -- plan every instance before writing any, so an out-of-range result changes nothing
-    local plans, ok = {}, true
-    for i = 1, W do
-      if in_mask(mask, i) then
-        local new, old_tie = plan(i, op, member, score)
-        if new and math.abs(new) > EXACT then ok = false end
-        plans[i] = {new, old_tie}
-      end
-    end
-    if ok then
-      status = 1
-      redis.call('SET', dedupe, '1', 'PX', ttl)
-      seq = redis.call('INCR', KEYS[1])
-      for i = 1, W do
-        local p = plans[i]
-        if p and p[1] ~= nil then
-          write(i, member, p[1], p[2], tie)
-          touched[i] = true
-        end
-      end
-      if op == 'delete' then redis.call('HDEL', KEYS[2], member)
-      elseif meta ~= '' then redis.call('HSET', KEYS[2], member, meta) end
-    else
-      status = 2
+  -- plan every instance before writing any, so an out-of-range result changes nothing
+  local plans, in_range = {}, true
+  for i = 1, W do
+    if in_mask(mask, i) then
+      local new, old_tie = plan(i, op, member, score)
+      if new and math.abs(new) > EXACT then in_range = false end
+      plans[i] = {new, old_tie}
     end
   end
-  if seq == nil then seq = tonumber(redis.call('GET', KEYS[1]) or '0') end
+  local status
+  if not in_range then
+    -- a duplicate of an applied event is a duplicate, whatever it would do to today's score
+    status = redis.call('EXISTS', dedupe) == 1 and 0 or 2
+  elseif redis.call('SET', dedupe, '1', 'NX', 'PX', ttl) then
+    status = 1
+    seq = seq + 1
+    for i = 1, W do
+      local p = plans[i]
+      if p and p[1] ~= nil then
+        write(i, member, p[1], p[2], tie)
+        touched[i] = true
+      end
+    end
+    if op == 'delete' then redis.call('HDEL', KEYS[2], member)
+    elseif meta ~= '' then redis.call('HSET', KEYS[2], member, meta) end
+  else
+    status = 0
+  end
   out[#out + 1] = status
   out[#out + 1] = seq
   if want_state then
@@ -134,6 +135,7 @@ for e = 1, E do
     end
   end
 end
+if seq ~= seq0 then redis.call('SET', KEYS[1], seq) end
 
 for i = 1, W do
   local expire_at = ARGV[7 + i]

@@ -31,10 +31,11 @@ def test_librdkafka_passthrough_keeps_secrets_secret():
     )
     assert isinstance(s.kafka["sasl.password"], SecretStr)
     assert "hunter2" not in repr(s)
-    conf = s.librdkafka(**{"group.id": "g"})
+    conf = s.librdkafka({"group.id": "g"}, defaults={"linger.ms": 5, "security.protocol": "PLAINTEXT"})
     assert conf == {
         "bootstrap.servers": "127.0.0.1:9092",
-        "security.protocol": "SASL_SSL",
+        "linger.ms": 5,
+        "security.protocol": "SASL_SSL",  # pass-through beats a default
         "sasl.password": "hunter2",
         "group.id": "g",
     }

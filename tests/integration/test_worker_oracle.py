@@ -1,0 +1,168 @@
+"""The worker against an independent model of the stream: 100k+ events over 50 boards, every op,
+10% re-produced duplicates, 2% bad events; then the same through kill -9 and a rebalance."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+
+from common.settings import Settings
+from rankstream.stack import free_port
+from tests.helpers import header_map, read_all, running_worker, wait_for
+from tests.oracle import BOARDS, ORACLE_BOARDS, Message, Model, compare_redis, generate, now_ms, run_model
+from worker.dlq import HEADER_INDEX, HEADER_PARTITION, HEADER_REASON
+
+pytestmark = pytest.mark.integration
+EVENTS = 100_000
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def oracle_settings(make_settings, tmp_path) -> Settings:
+    boards = tmp_path / "boards.yaml"
+    boards.write_text(ORACLE_BOARDS)
+    settings: Settings = make_settings(boards=boards)
+    return settings
+
+
+@pytest.fixture
+def oracle_topics(oracle_settings):
+    from rankstream.topics import ensure_topics
+
+    ensure_topics(oracle_settings)
+    return oracle_settings
+
+
+def produce(settings: Settings, messages: list[Message]) -> None:
+    producer = Producer(
+        {"bootstrap.servers": settings.kafka_bootstrap, "linger.ms": 20, "enable.idempotence": True}
+    )
+    for i, msg in enumerate(messages):
+        producer.produce(settings.topic_updates, msg.value, key=msg.key)
+        if i % 10_000 == 0:
+            producer.poll(0)
+    assert producer.flush(30) == 0
+
+
+def make_stream(seed: int) -> tuple[list[Message], Model]:
+    start = now_ms()
+    messages = list(generate(seed, EVENTS, start))
+    return messages, run_model(messages, start)
+
+
+def applied_so_far(rclient, settings: Settings) -> int:
+    keys = [f"{settings.key_prefix}{{{b}}}:seq" for b in BOARDS]
+    return sum(int(v or 0) for v in rclient.mget(keys))
+
+
+def check_dlq(consumer_factory, settings: Settings, model: Model, exact: bool) -> None:
+    """Every bad event is in the dead-letter topic with its reason and index. After a crash a
+    record may appear twice (at-least-once), never zero times."""
+    expected = Counter(model.dlq)
+    records = read_all(consumer_factory(settings.topic_dlq), len(model.dlq), timeout=60, exact=exact)
+    got: Counter[tuple[str, bytes | None, int | None]] = Counter()
+    for record in records:
+        headers = header_map(record)
+        assert headers[HEADER_PARTITION].isdigit()
+        index = headers.get(HEADER_INDEX)
+        got[(headers[HEADER_REASON].decode(), record.value(), None if index is None else int(index))] += 1
+    if exact:
+        assert got == expected
+    else:
+        assert set(got) == set(expected)
+        assert all(got[k] >= n for k, n in expected.items())
+
+
+def worker_process(settings: Settings) -> subprocess.Popen[bytes]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RANKSTREAM_")}
+    env.update(
+        {
+            "RANKSTREAM_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
+            "RANKSTREAM_REDIS_URL": settings.redis_url.get_secret_value(),
+            "RANKSTREAM_BOARDS": str(settings.boards),
+            "RANKSTREAM_TOPIC_UPDATES": settings.topic_updates,
+            "RANKSTREAM_TOPIC_DLQ": settings.topic_dlq,
+            "RANKSTREAM_TOPIC_CACHE": settings.topic_cache,
+            "RANKSTREAM_WORKER_GROUP": settings.worker_group,
+            "RANKSTREAM_KEY_PREFIX": settings.key_prefix,
+            "RANKSTREAM_WORKER_HTTP_PORT": str(free_port()),
+            "RANKSTREAM_LOG_LEVEL": "WARNING",
+        }
+    )
+    argv = [sys.executable, "-m", "rankstream.cli", "worker"]
+    return subprocess.Popen(argv, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def total_applied(model: Model) -> int:
+    return sum(model.seq.values())
+
+
+def test_oracle_exact_after_100k_events(oracle_topics, rclient, consumer_factory):
+    settings = oracle_topics
+    messages, model = make_stream(seed=1)
+    assert len(model.dlq) > EVENTS * 0.015  # the stream really carries bad events
+    produce(settings, messages)
+    with running_worker(settings):
+        wait_for(
+            lambda: applied_so_far(rclient, settings) >= total_applied(model), 180, "every event applied"
+        )
+    compared = compare_redis(rclient, settings.key_prefix, model)
+    assert compared > 10_000
+    check_dlq(consumer_factory, settings, model, exact=True)
+
+
+def test_oracle_exact_after_kill_9_mid_stream(oracle_topics, rclient, consumer_factory):
+    settings = oracle_topics
+    messages, model = make_stream(seed=2)
+    produce(settings, messages)
+    target = total_applied(model)
+    first = worker_process(settings)
+    try:
+        wait_for(lambda: applied_so_far(rclient, settings) > target * 0.3, 120, "a third applied")
+        first.kill()  # SIGKILL: no flush, no commit
+        first.wait(10)
+        assert applied_so_far(rclient, settings) < target, "the kill came too late to test anything"
+    finally:
+        if first.poll() is None:
+            first.kill()
+    second = worker_process(settings)
+    try:
+        wait_for(lambda: applied_so_far(rclient, settings) >= target, 180, "every event applied")
+    finally:
+        second.send_signal(signal.SIGTERM)
+        assert second.wait(30) == 0
+    compare_redis(rclient, settings.key_prefix, model)
+    check_dlq(consumer_factory, settings, model, exact=False)
+
+
+def test_oracle_exact_with_two_workers_and_rebalances(oracle_topics, rclient, consumer_factory):
+    settings = oracle_topics
+    messages, model = make_stream(seed=3)
+    produce(settings, messages)
+    target = total_applied(model)
+    a = worker_process(settings)
+    b = None
+    try:
+        wait_for(lambda: applied_so_far(rclient, settings) > target * 0.15, 120, "15% applied")
+        b = worker_process(settings)  # joins: partitions move to it mid-stream
+        wait_for(lambda: applied_so_far(rclient, settings) > target * 0.5, 120, "half applied")
+        a.send_signal(signal.SIGTERM)  # leaves: its partitions move back to b
+        started = time.monotonic()
+        assert a.wait(30) == 0
+        assert time.monotonic() - started < 25  # within the shutdown deadline
+        wait_for(lambda: applied_so_far(rclient, settings) >= target, 180, "every event applied")
+    finally:
+        for proc in (a, b):
+            if proc is not None and proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                proc.wait(30)
+    compare_redis(rclient, settings.key_prefix, model)
+    check_dlq(consumer_factory, settings, model, exact=False)
