@@ -43,6 +43,16 @@ class Outcome:
     late_windows: int  # calendar windows skipped because their period closed beyond late_grace
 
 
+_FOREVER = 2**62
+
+
+@dataclass(frozen=True, slots=True)
+class _Slots:
+    start_ms: int  # valid for event times in [start_ms, end_ms)
+    end_ms: int
+    slots: list[tuple[str, int, int]]  # (instance, expire-at ms or 0, late after ms)
+
+
 @dataclass
 class _Chunk:
     board: str
@@ -76,24 +86,36 @@ class Applier:
         self._ttl = dedupe_ttl_ms
         self._now_ms = now_ms
         self._periods = PeriodCache(boards.timezone)
+        self._slot_cache: dict[str, _Slots] = {}
         self._script = load_script("apply")
+
+    def _slots(self, board_type: BoardType, ts: int) -> _Slots:
+        """The instances an event of `board_type` at `ts` counts in. Consecutive events share
+        them until one of their periods ends, so they are computed once per period change."""
+        cached = self._slot_cache.get(board_type.name)
+        if cached is not None and cached.start_ms <= ts < cached.end_ms:
+            return cached
+        start, end = 0, _FOREVER
+        slots: list[tuple[str, int, int]] = []
+        for window in board_type.windows:
+            if window.kind is WindowKind.TOTAL:
+                slots.append((TOTAL_INSTANCE, 0, _FOREVER))
+            elif window.kind in CALENDAR_KINDS:
+                period = self._periods.at(window.kind, ts)
+                expire = expire_at_ms(period, board_type.retention[window.name], self._boards.timezone)
+                late_after = period.end_ms + board_type.late_grace_ms
+                slots.append((window_instance(window.name, period.id), expire, late_after))
+                start, end = max(start, period.start_ms), min(end, period.end_ms)
+            # rolling windows (last_<N>...) are not applied yet: see README "Windows"
+        cached = _Slots(start, end, slots)
+        self._slot_cache[board_type.name] = cached
+        return cached
 
     def _instances(self, board_type: BoardType, ts: int, now: int) -> tuple[list[tuple[str, int]], int]:
         """(instance, expire-at) pairs the event counts in, and how many closed periods it missed."""
-        out: list[tuple[str, int]] = []
-        late = 0
-        for window in board_type.windows:
-            if window.kind is WindowKind.TOTAL:
-                out.append((TOTAL_INSTANCE, 0))
-            elif window.kind in CALENDAR_KINDS:
-                period = self._periods.at(window.kind, ts)
-                if period.end_ms + board_type.late_grace_ms <= now:
-                    late += 1
-                    continue
-                expire = expire_at_ms(period, board_type.retention[window.name], self._boards.timezone)
-                out.append((window_instance(window.name, period.id), expire))
-            # rolling windows (last_<N>...) are not applied yet: see README "Windows"
-        return out, late
+        slots = self._slots(board_type, ts).slots
+        out = [(name, expire) for name, expire, late_after in slots if now < late_after]
+        return out, len(slots) - len(out)
 
     def _chunks(self, events: Sequence[tuple[UpdateEvent, int]]) -> list[_Chunk]:
         now = self._now_ms()

@@ -129,17 +129,23 @@ class WorkerLoop:
             started = time.perf_counter()
             outcomes = self._applier.apply(pairs)
             self._metrics.apply_seconds.observe(time.perf_counter() - started)
+            tally = {Status.APPLIED: 0, Status.DUPLICATE: 0}
+            late = 0
             for outcome in outcomes:
-                self._metrics.late_windows.inc(outcome.late_windows)
+                late += outcome.late_windows
                 if outcome.status is Status.OUT_OF_RANGE:
                     origin = origins[id(outcome.event)]
-                    bad = BadEvent("score_out_of_range", "the resulting score leaves the exact range ±2^53")
+                    bad = BadEvent(
+                        "score_out_of_range", "the resulting score leaves the exact range ±(2^53-1)"
+                    )
                     bad.index = origin.index
                     self._dead_letter(origin.msg, bad)
                 else:
-                    self._metrics.events.labels(
-                        "applied" if outcome.status is Status.APPLIED else "duplicate"
-                    ).inc()
+                    tally[outcome.status] += 1
+            # counted per batch: a labelled inc() per event costs ~10% of the worker's CPU
+            self._metrics.events.labels("applied").inc(tally[Status.APPLIED])
+            self._metrics.events.labels("duplicate").inc(tally[Status.DUPLICATE])
+            self._metrics.late_windows.inc(late)
         self._dlq.flush(timeout=10)
 
     def _dead_letter(self, msg: MessageLike, bad: BadEvent) -> None:

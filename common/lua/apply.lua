@@ -53,44 +53,60 @@ local function in_mask(mask, i)
   return math.floor(mask / 2 ^ (i - 1)) % 2 == 1
 end
 
--- the planned new state of one member in one instance: nil = unchanged, false = delete
-local function plan(i, op, member, score)
-  local old = redis.call('HGET', KEYS[3 * i + 2], member)
-  local old_score, old_tie
-  if old then
-    local bar = string.find(old, '|', 1, true)
-    old_score, old_tie = tonumber(string.sub(old, 1, bar - 1)), tonumber(string.sub(old, bar + 1))
+-- Per call, each (instance, member) is read from Redis once and written once, at the end:
+-- a burst of events from one member costs one write. c.rtie = the tie of the entry in Redis.
+local cache = {}
+local function load(i, member)
+  local ci = cache[i]
+  if ci == nil then ci = {}; cache[i] = ci end
+  local c = ci[member]
+  if c == nil then
+    local old = redis.call('HGET', KEYS[3 * i + 2], member)
+    if old then
+      local bar = string.find(old, '|', 1, true)
+      local t = tonumber(string.sub(old, bar + 1))
+      c = {present = true, score = tonumber(string.sub(old, 1, bar - 1)), tie = t, rtie = t}
+    else
+      c = {present = false}
+    end
+    ci[member] = c
   end
+  return c
+end
+
+-- the planned new score of one member in one instance: nil = unchanged, false = delete
+local function plan(c, op, score)
   if op == 'delete' then
-    if old then return false, old_tie end
+    if c.present then return false end
     return nil
   end
   local new
-  if op == 'incr' then new = (old_score or 0) + score
+  if op == 'incr' then new = (c.present and c.score or 0) + score
   elseif op == 'set' then new = score
-  elseif not old or better(score, old_score) then new = score  -- best
-  else new = old_score end
-  if old and new == old_score then return nil end  -- unchanged: keeps the time it got there
-  return new, old_tie
+  elseif not c.present or better(score, c.score) then new = score  -- best
+  else new = c.score end
+  if c.present and new == c.score then return nil end  -- unchanged: keeps the time it got there
+  return new
 end
 
-local function write(i, member, new, old_tie, tie)
+local function flush(i, member, c)
   local rk, ov, st = KEYS[3 * i], KEYS[3 * i + 1], KEYS[3 * i + 2]
-  if old_tie then
-    local old_member = enc(old_tie, member)
-    redis.call('ZREM', rk, old_member)
+  if c.rtie then
+    local old_member = enc(c.rtie, member)
+    -- with no tie prefix the member is unchanged and ZADD below overwrites its score
+    if not (mode == 'none' and c.present) then redis.call('ZREM', rk, old_member) end
     if maxm > 0 then redis.call('ZREM', ov, old_member) end
   end
-  if new == false then
-    redis.call('HDEL', st, member)
+  if c.present then
+    redis.call('HSET', st, member, fmt(c.score) .. '|' .. fmt(c.tie))
+    redis.call('ZADD', rk, fmt(c.score), enc(c.tie, member))
   else
-    redis.call('HSET', st, member, fmt(new) .. '|' .. fmt(tie))
-    redis.call('ZADD', rk, fmt(new), enc(tie, member))
+    redis.call('HDEL', st, member)
   end
   if maxm > 0 then rebalance(rk, ov) end
 end
 
-local out, touched = {}, {}
+local out, touched, dirty = {}, {}, {}
 local seq0 = tonumber(redis.call('GET', KEYS[1]) or '0')
 local seq = seq0
 local base = 7 + W
@@ -103,9 +119,10 @@ for e = 1, E do
   local plans, in_range = {}, true
   for i = 1, W do
     if in_mask(mask, i) then
-      local new, old_tie = plan(i, op, member, score)
+      local c = load(i, member)
+      local new = plan(c, op, score)
       if new and math.abs(new) > EXACT then in_range = false end
-      plans[i] = {new, old_tie}
+      plans[i] = {new, c}
     end
   end
   local status
@@ -118,7 +135,13 @@ for e = 1, E do
     for i = 1, W do
       local p = plans[i]
       if p and p[1] ~= nil then
-        write(i, member, p[1], p[2], tie)
+        local c = p[2]
+        if p[1] == false then c.present = false
+        else c.present, c.score, c.tie = true, p[1], tie end
+        if not c.dirty then
+          c.dirty = true
+          dirty[#dirty + 1] = {i, member, c}
+        end
         touched[i] = true
       end
     end
@@ -131,10 +154,14 @@ for e = 1, E do
   out[#out + 1] = seq
   if want_state then
     for i = 1, W do
-      if in_mask(mask, i) then out[#out + 1] = redis.call('HGET', KEYS[3 * i + 2], member) or '' end
+      if in_mask(mask, i) then
+        local c = load(i, member)
+        out[#out + 1] = c.present and (fmt(c.score) .. '|' .. fmt(c.tie)) or ''
+      end
     end
   end
 end
+for _, d in ipairs(dirty) do flush(d[1], d[2], d[3]) end
 if seq ~= seq0 then redis.call('SET', KEYS[1], seq) end
 
 for i = 1, W do
