@@ -5,18 +5,23 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import redis
 import redis.asyncio as aioredis
 from aiohttp.test_utils import TestClient, TestServer
-from confluent_kafka import Consumer, Message
+from confluent_kafka import Consumer, Message, Producer
 
 from api.app import create_app
 from common.boards import load_boards
 from common.settings import Settings
+from tests.oracle import BOARDS, Model
+from tests.oracle import Message as StreamMessage
 from worker.consumer import WorkerLoop
+from worker.dlq import HEADER_INDEX, HEADER_PARTITION, HEADER_REASON
 from worker.main import build_loop
 from worker.metrics import WorkerMetrics
 
@@ -75,3 +80,40 @@ def api_call(settings: Settings, method: str, path: str, **kwargs: Any) -> tuple
             return resp.status, await resp.json()
 
     return asyncio.run(go())
+
+
+def produce(settings: Settings, messages: list[StreamMessage]) -> None:
+    producer = Producer(
+        {"bootstrap.servers": settings.kafka_bootstrap, "linger.ms": 20, "enable.idempotence": True}
+    )
+    for i, msg in enumerate(messages):
+        producer.produce(settings.topic_updates, msg.value, key=msg.key)
+        if i % 10_000 == 0:
+            producer.poll(0)
+    assert producer.flush(30) == 0
+
+
+def applied_so_far(rclient: redis.Redis, settings: Settings) -> int:
+    """Events applied so far over the oracle's boards: the sum of their seq numbers."""
+    keys = [f"{settings.key_prefix}{{{b}}}:seq" for b in BOARDS]
+    return sum(int(v or 0) for v in rclient.mget(keys))
+
+
+def check_dlq(
+    consumer_factory: Callable[..., Consumer], settings: Settings, model: Model, exact: bool
+) -> None:
+    """Every bad event is in the dead-letter topic with its reason and index. After a crash a
+    record may appear twice (at-least-once), never zero times."""
+    expected = Counter(model.dlq)
+    records = read_all(consumer_factory(settings.topic_dlq), len(model.dlq), timeout=60, exact=exact)
+    got: Counter[tuple[str, bytes | None, int | None]] = Counter()
+    for record in records:
+        headers = header_map(record)
+        assert headers[HEADER_PARTITION].isdigit()
+        index = headers.get(HEADER_INDEX)
+        got[(headers[HEADER_REASON].decode(), record.value(), None if index is None else int(index))] += 1
+    if exact:
+        assert got == expected
+    else:
+        assert set(got) == set(expected)
+        assert all(got[k] >= n for k, n in expected.items())

@@ -55,7 +55,7 @@ class WorkerLoop:
         self._boards = boards
         self._applier = applier
         self._dlq = dead_letters
-        self._metrics = metrics
+        self.metrics = metrics
         self._batch_size = batch_size
         self._batch_timeout_s = batch_timeout_s
         self._stop = threading.Event()
@@ -90,7 +90,7 @@ class WorkerLoop:
                 self.process(messages)
                 backoff = 0.1
             except (InfrastructureError, redis.RedisError, KafkaException) as exc:
-                self._metrics.retries.inc()
+                self.metrics.retries.inc()
                 _log.warning("batch failed, rewinding", extra={"error": str(exc), "backoff_s": backoff})
                 self._rewind(messages)
                 self._stop.wait(backoff)
@@ -114,8 +114,8 @@ class WorkerLoop:
 
     def process(self, messages: Sequence[MessageLike]) -> None:
         """Apply one batch; raises (without committing anything) on infrastructure failure."""
-        self._metrics.consumed.inc(len(messages))
-        self._metrics.batch_size.observe(len(messages))
+        self.metrics.consumed.inc(len(messages))
+        self.metrics.batch_size.observe(len(messages))
         pairs: list[tuple[UpdateEvent, int]] = []
         origins: dict[int, _Origin] = {}
         for msg in messages:
@@ -128,7 +128,7 @@ class WorkerLoop:
         if pairs:
             started = time.perf_counter()
             outcomes = self._applier.apply(pairs)
-            self._metrics.apply_seconds.observe(time.perf_counter() - started)
+            self.metrics.apply_seconds.observe(time.perf_counter() - started)
             tally = {Status.APPLIED: 0, Status.DUPLICATE: 0}
             late = 0
             for outcome in outcomes:
@@ -143,14 +143,14 @@ class WorkerLoop:
                 else:
                     tally[outcome.status] += 1
             # counted per batch: a labelled inc() per event costs ~10% of the worker's CPU
-            self._metrics.events.labels("applied").inc(tally[Status.APPLIED])
-            self._metrics.events.labels("duplicate").inc(tally[Status.DUPLICATE])
-            self._metrics.late_windows.inc(late)
+            self.metrics.events.labels("applied").inc(tally[Status.APPLIED])
+            self.metrics.events.labels("duplicate").inc(tally[Status.DUPLICATE])
+            self.metrics.late_windows.inc(late)
         self._dlq.flush(timeout=10)
 
     def _dead_letter(self, msg: MessageLike, bad: BadEvent) -> None:
         self._dlq.send(msg, bad)
-        self._metrics.dead_lettered.labels(bad.reason).inc()
+        self.metrics.dead_lettered.labels(bad.reason).inc()
 
     def _rewind(self, messages: Sequence[MessageLike]) -> None:
         first: dict[tuple[str, int], int] = {}

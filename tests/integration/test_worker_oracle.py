@@ -8,17 +8,14 @@ import signal
 import subprocess
 import sys
 import time
-from collections import Counter
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
 
 from common.settings import Settings
 from rankstream.stack import free_port
-from tests.helpers import header_map, read_all, running_worker, wait_for
-from tests.oracle import BOARDS, ORACLE_BOARDS, Message, Model, compare_redis, generate, now_ms, run_model
-from worker.dlq import HEADER_INDEX, HEADER_PARTITION, HEADER_REASON
+from tests.helpers import applied_so_far, check_dlq, produce, running_worker, wait_for
+from tests.oracle import ORACLE_BOARDS, Message, Model, compare_redis, generate, now_ms, run_model
 
 pytestmark = pytest.mark.integration
 EVENTS = 100_000
@@ -41,44 +38,10 @@ def oracle_topics(oracle_settings):
     return oracle_settings
 
 
-def produce(settings: Settings, messages: list[Message]) -> None:
-    producer = Producer(
-        {"bootstrap.servers": settings.kafka_bootstrap, "linger.ms": 20, "enable.idempotence": True}
-    )
-    for i, msg in enumerate(messages):
-        producer.produce(settings.topic_updates, msg.value, key=msg.key)
-        if i % 10_000 == 0:
-            producer.poll(0)
-    assert producer.flush(30) == 0
-
-
 def make_stream(seed: int) -> tuple[list[Message], Model]:
     start = now_ms()
     messages = list(generate(seed, EVENTS, start))
     return messages, run_model(messages, start)
-
-
-def applied_so_far(rclient, settings: Settings) -> int:
-    keys = [f"{settings.key_prefix}{{{b}}}:seq" for b in BOARDS]
-    return sum(int(v or 0) for v in rclient.mget(keys))
-
-
-def check_dlq(consumer_factory, settings: Settings, model: Model, exact: bool) -> None:
-    """Every bad event is in the dead-letter topic with its reason and index. After a crash a
-    record may appear twice (at-least-once), never zero times."""
-    expected = Counter(model.dlq)
-    records = read_all(consumer_factory(settings.topic_dlq), len(model.dlq), timeout=60, exact=exact)
-    got: Counter[tuple[str, bytes | None, int | None]] = Counter()
-    for record in records:
-        headers = header_map(record)
-        assert headers[HEADER_PARTITION].isdigit()
-        index = headers.get(HEADER_INDEX)
-        got[(headers[HEADER_REASON].decode(), record.value(), None if index is None else int(index))] += 1
-    if exact:
-        assert got == expected
-    else:
-        assert set(got) == set(expected)
-        assert all(got[k] >= n for k, n in expected.items())
 
 
 def worker_process(settings: Settings) -> subprocess.Popen[bytes]:
