@@ -44,7 +44,7 @@ def make_stream(seed: int) -> tuple[list[Message], Model]:
     return messages, run_model(messages, start)
 
 
-def worker_process(settings: Settings) -> subprocess.Popen[bytes]:
+def worker_process(settings: Settings, http_port: int = 0) -> subprocess.Popen[bytes]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RANKSTREAM_")}
     env.update(
         {
@@ -56,7 +56,7 @@ def worker_process(settings: Settings) -> subprocess.Popen[bytes]:
             "RANKSTREAM_TOPIC_CACHE": settings.topic_cache,
             "RANKSTREAM_WORKER_GROUP": settings.worker_group,
             "RANKSTREAM_KEY_PREFIX": settings.key_prefix,
-            "RANKSTREAM_WORKER_HTTP_PORT": str(free_port()),
+            "RANKSTREAM_WORKER_HTTP_PORT": str(http_port or free_port()),
             "RANKSTREAM_LOG_LEVEL": "WARNING",
         }
     )
