@@ -36,6 +36,9 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
             raise
         return error_response(exc.status, exc.reason.lower().replace(" ", "_"), exc.reason)
     except (redis.ConnectionError, redis.TimeoutError) as exc:
+        from api.state import APP_STATE  # noqa: PLC0415 - state imports the cache; keep this module a leaf
+
+        request.app[APP_STATE].metrics.redis_errors.inc()
         _log.warning("redis unavailable", extra={"path": request.path, "error": str(exc)})
         return error_response(503, "redis_unavailable", "the leaderboard store is unreachable; retry")
     except Exception:  # noqa: BLE001 - the last line of defence: a JSON 500, never a trace

@@ -2,99 +2,100 @@
 
 from __future__ import annotations
 
-import time
+from typing import Any
 
 import orjson
 from aiohttp import web
 
-from api.boardreads import read_top
+from api import queries
 from api.errors import ApiError
+from api.params import MAX_AROUND, MAX_LIMIT, Target, int_param, member_id, score_param, target
+from api.reader import BoardReader
+from api.redis_reader import RedisBoardReader
 from api.state import APP_STATE
-from common.boards import BoardType, WindowKind, split_board
-from common.keys import TOTAL_INSTANCE, BoardKeys, window_instance
-from common.periods import CALENDAR_KINDS, parse_period, period_at
+from common.keys import BoardKeys
 
-MAX_LIMIT = 500
+ROUTE_PREFIX = "/v1/boards/{board}"
 
 
-def json(body: dict[str, object], status: int = 200) -> web.Response:
+def json(body: dict[str, Any], status: int = 200) -> web.Response:
     return web.Response(status=status, body=orjson.dumps(body), content_type="application/json")
 
 
-def _int_param(request: web.Request, name: str, default: int, low: int, high: int) -> int:
-    raw = request.query.get(name)
-    if raw is None:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ApiError(400, "bad_parameter", f"{name} must be an integer") from None
-    if not low <= value <= high:
-        raise ApiError(400, "bad_parameter", f"{name} must be between {low} and {high}")
-    return value
-
-
-def resolve_board(request: web.Request) -> tuple[str, BoardType]:
-    board = request.match_info["board"]
-    parts = split_board(board)
-    if parts is None:
-        raise ApiError(400, "bad_board", f"{board!r} is not a valid board id")
-    board_type = request.app[APP_STATE].boards.type_for(parts[0])
-    if board_type is None:
-        raise ApiError(404, "unknown_board_type", f"board type {parts[0]!r} is not configured")
-    return board, board_type
-
-
-def resolve_instance(request: web.Request, board_type: BoardType) -> tuple[str, str]:
-    """(window name, key instance) from `window`, `period` and `at`."""
-    name = request.query.get("window", "total")
-    try:
-        window = board_type.window(name)
-    except KeyError:
-        raise ApiError(400, "bad_window", f"window {name!r} is not configured for this board") from None
-    if window.kind is WindowKind.TOTAL:
-        return name, TOTAL_INSTANCE
-    if window.kind not in CALENDAR_KINDS:
-        raise ApiError(400, "bad_window", f"window {name!r} is not served yet")
-    tz = request.app[APP_STATE].boards.timezone
-    if "period" in request.query:
-        try:
-            period = parse_period(window.kind, request.query["period"], tz)
-        except ValueError as exc:
-            raise ApiError(400, "bad_period", str(exc)) from None
-    else:
-        at = _int_param(request, "at", int(time.time() * 1000), 0, 253402300799999)
-        period = period_at(window.kind, at, tz)
-    return name, window_instance(name, period.id)
+def reader_for(request: web.Request, where: Target) -> BoardReader:
+    state = request.app[APP_STATE]
+    keys = BoardKeys(state.key_prefix, where.board)
+    return RedisBoardReader(state.redis, keys, where.board_type, where.instance)
 
 
 async def top(request: web.Request) -> web.Response:
-    board, board_type = resolve_board(request)
-    window, instance = resolve_instance(request, board_type)
-    limit = _int_param(request, "limit", 10, 1, MAX_LIMIT)
-    offset = _int_param(request, "offset", 0, 0, 10**9)
+    where = target(request)
+    limit = int_param(request, "limit", 10, 1, MAX_LIMIT)
+    offset = int_param(request, "offset", 0, 0, 10**9)
+    me = member_id(request.query["me"]) if "me" in request.query else None
+    reader = reader_for(request, where)
     state = request.app[APP_STATE]
-    page = await read_top(
-        state.redis,
-        keys=BoardKeys(state.key_prefix, board),
-        board_type=board_type,
-        instance=instance,
-        offset=offset,
-        limit=limit,
-    )
-    period = "all" if instance == TOTAL_INSTANCE else instance.split(":", 1)[1]
-    return json(
-        {
-            "board": board,
-            "window": window,
-            "period": period,
-            "total": page.total,
-            "items": [item.as_dict() for item in page.items],
-            "source": "redis",
-            "seq": page.seq,
-        }
-    )
+    if reader.source == "redis" and request.query.get("nocache") != "1":
+        key = (where.board, where.instance, where.reverse, where.ties, offset, limit)
+        (page, ranks), hit = await state.top_cache.get(
+            key, lambda: queries.ranked_page(reader, where, offset, limit)
+        )
+        state.metrics.cache.labels("hit" if hit else "miss").inc()
+    else:
+        page, ranks = await queries.ranked_page(reader, where, offset, limit)
+    body = queries.top_answer(where, page, ranks, reader.source)
+    if me is not None:
+        body["me"] = await queries.me_item(reader, where, me)
+    return json(body)
+
+
+async def member(request: web.Request) -> web.Response:
+    where = target(request)
+    name = member_id(request.match_info["member"])
+    return json(await queries.member_answer(reader_for(request, where), where, name))
+
+
+async def around(request: web.Request) -> web.Response:
+    where = target(request)
+    name = member_id(request.match_info["member"])
+    n = int_param(request, "n", 5, 0, MAX_AROUND)
+    return json(await queries.around_answer(reader_for(request, where), where, name, n))
+
+
+async def lookup(request: web.Request) -> web.Response:
+    where = target(request)
+    try:
+        body = orjson.loads(await request.read())
+    except orjson.JSONDecodeError:
+        raise ApiError(400, "bad_body", 'the body must be JSON: {"members": [...]}') from None
+    members = body.get("members") if isinstance(body, dict) else None
+    if not isinstance(members, list) or not all(isinstance(m, str) for m in members):
+        raise ApiError(400, "bad_body", 'the body must be {"members": [<member id>, ...]}')
+    if not 1 <= len(members) <= MAX_LIMIT:
+        raise ApiError(400, "bad_body", f"members must hold 1 to {MAX_LIMIT} ids")
+    names = [member_id(m) for m in members]
+    return json(await queries.lookup_answer(reader_for(request, where), where, names))
+
+
+async def count(request: web.Request) -> web.Response:
+    where = target(request)
+    low = score_param(request, "min", float("-inf"))
+    high = score_param(request, "max", float("inf"))
+    return json(await queries.count_answer(reader_for(request, where), where, low, high))
+
+
+async def rank(request: web.Request) -> web.Response:
+    where = target(request)
+    score = score_param(request, "score")
+    if score in (float("inf"), float("-inf")):
+        raise ApiError(400, "bad_parameter", "score must be finite")
+    return json(await queries.rank_answer(reader_for(request, where), where, score))
 
 
 def add_routes(app: web.Application) -> None:
-    app.router.add_get("/v1/boards/{board}/top", top)
+    app.router.add_get(f"{ROUTE_PREFIX}/top", top)
+    app.router.add_get(f"{ROUTE_PREFIX}/members/{{member}}", member)
+    app.router.add_get(f"{ROUTE_PREFIX}/members/{{member}}/around", around)
+    app.router.add_post(f"{ROUTE_PREFIX}/members/lookup", lookup)
+    app.router.add_get(f"{ROUTE_PREFIX}/count", count)
+    app.router.add_get(f"{ROUTE_PREFIX}/rank", rank)

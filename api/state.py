@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import redis.asyncio as aioredis
 from aiohttp import web
 
+from api.cache import SingleFlightCache
+from api.metrics import ApiMetrics
 from common.boards import BoardsConfig
 
 
@@ -15,6 +18,8 @@ class ApiState:
     boards: BoardsConfig
     redis: aioredis.Redis
     key_prefix: str
+    top_cache: SingleFlightCache[Any]
+    metrics: ApiMetrics = field(default_factory=ApiMetrics)
 
 
 APP_STATE: web.AppKey[ApiState] = web.AppKey("rankstream_state", ApiState)

@@ -57,3 +57,40 @@ def format_score(score: float) -> str:
     if score.is_integer() and abs(score) <= 2**53:
         return str(int(score))
     return repr(score)
+
+
+class Ties(StrEnum):
+    """`ordinal`: ranks are unique (1, 2, 3, 4); `shared`: equal scores share one (1, 2, 2, 4)."""
+
+    ORDINAL = "ordinal"
+    SHARED = "shared"
+
+
+def member_rank(position: int, better: int, ties: Ties) -> int:
+    """1-based rank of a member at 0-based `position` with `better` members strictly ahead."""
+    return position + 1 if ties is Ties.ORDINAL else better + 1
+
+
+def page_ranks(offset: int, scores: list[float], first_better: int, ties: Ties) -> list[int]:
+    """Ranks of a page starting at 0-based `offset`; `first_better` = members strictly ahead of
+    the first item. Shared ranks: an item equal to the one before shares its rank, any other
+    item's rank is its position (standard competition ranking, 1, 2, 2, 4)."""
+    if ties is Ties.ORDINAL:
+        return [offset + i + 1 for i in range(len(scores))]
+    ranks: list[int] = []
+    for i, score in enumerate(scores):
+        if i == 0:
+            ranks.append(first_better + 1)
+        elif score == scores[i - 1]:
+            ranks.append(ranks[-1])
+        else:
+            ranks.append(offset + i + 1)
+    return ranks
+
+
+def rank_of_score(strictly_better: int, equal: int, tie_break: TieBreak, ties: Ties) -> int:
+    """The rank a member reaching `score` now would get: with `first` it ranks behind everyone
+    already at that score (they got there earlier), otherwise ahead of them."""
+    if ties is Ties.SHARED or tie_break is not TieBreak.FIRST:
+        return strictly_better + 1
+    return strictly_better + equal + 1

@@ -11,6 +11,7 @@ from importlib import resources
 from typing import Any
 
 import redis
+import redis.asyncio as aioredis
 from redis.exceptions import NoScriptError
 
 KeyT = str | bytes
@@ -51,6 +52,14 @@ class LuaScript:
             if isinstance(result, Exception):
                 raise result
         return results
+
+    async def run_async(self, client: aioredis.Redis, keys: Sequence[KeyT], args: Sequence[ArgT]) -> Any:
+        """One call from asyncio code; NOSCRIPT means it did not run, so load and send again."""
+        try:
+            return await client.evalsha(self.sha, len(keys), *keys, *args)
+        except NoScriptError:
+            await client.script_load(self.source)
+            return await client.evalsha(self.sha, len(keys), *keys, *args)
 
     def _pipeline(self, client: redis.Redis, calls: Sequence[Call]) -> list[Any]:
         pipe = client.pipeline(transaction=False)

@@ -1,0 +1,114 @@
+"""The answers of CONTRACT section 6, built from a BoardReader (Redis or memory) with the rank
+rules of common/ranking.py, so every route and every source ranks the same way."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from api.errors import ApiError
+from api.params import Target
+from api.reader import BoardReader, Entry, Located, Page
+from common.ranking import member_rank, page_ranks, rank_of_score
+
+
+def _score(value: float) -> float | int:
+    return int(value) if value.is_integer() and abs(value) <= 2**53 else value
+
+
+def item(rank: int | None, entry: Entry) -> dict[str, Any]:
+    out: dict[str, Any] = {"rank": rank, "member": entry.member, "score": _score(entry.score)}
+    if entry.meta is not None:
+        out["meta"] = orjson.Fragment(entry.meta)  # stored as JSON already: embedded, not re-parsed
+    return out
+
+
+def located_item(found: Located, target: Target) -> dict[str, Any]:
+    return item(member_rank(found.position, found.better, target.ties), found.entry)
+
+
+async def ranked_page(reader: BoardReader, target: Target, offset: int, limit: int) -> tuple[Page, list[int]]:
+    page = await reader.page(offset, offset + limit, target.reverse)
+    scores = [e.score for e in page.entries]
+    first_better = 0
+    if page.entries and target.ties.value == "shared":
+        first_better, _, _ = await reader.better_and_equal(scores[0], target.reverse)
+    return page, page_ranks(offset, scores, first_better, target.ties)
+
+
+def top_answer(target: Target, page: Page, ranks: list[int], source: str) -> dict[str, Any]:
+    return {
+        **target.describe(),
+        "total": page.total,
+        "items": [item(r, e) for r, e in zip(ranks, page.entries, strict=True)],
+        "source": source,
+        "seq": page.seq,
+    }
+
+
+async def me_item(reader: BoardReader, target: Target, member: str) -> dict[str, Any] | None:
+    found = (await reader.locate([member], target.reverse)).found[0]
+    return None if found is None else located_item(found, target)
+
+
+async def member_answer(reader: BoardReader, target: Target, member: str) -> dict[str, Any]:
+    lookup = await reader.locate([member], target.reverse)
+    found = lookup.found[0]
+    if found is None:
+        raise ApiError(404, "member_not_found", f"{member!r} is not on this board")
+    return {**target.describe(), **located_item(found, target), "source": reader.source, "seq": lookup.seq}
+
+
+async def around_answer(reader: BoardReader, target: Target, member: str, n: int) -> dict[str, Any]:
+    found = (await reader.locate([member], target.reverse)).found[0]
+    if found is None:
+        raise ApiError(404, "member_not_found", f"{member!r} is not on this board")
+    start = max(found.position - n, 0)  # clamped at the top; the page call clamps the bottom
+    page, ranks = await ranked_page(reader, target, start, found.position + n + 1 - start)
+    return top_answer(target, page, ranks, reader.source)
+
+
+async def lookup_answer(reader: BoardReader, target: Target, members: list[str]) -> dict[str, Any]:
+    lookup = await reader.locate(members, target.reverse)
+    items = [
+        {"rank": None, "member": member, "score": None} if found is None else located_item(found, target)
+        for member, found in zip(members, lookup.found, strict=True)
+    ]
+    return {
+        **target.describe(),
+        "total": lookup.total,
+        "items": items,
+        "source": reader.source,
+        "seq": lookup.seq,
+    }
+
+
+async def count_answer(reader: BoardReader, target: Target, low: float, high: float) -> dict[str, Any]:
+    counted = await reader.count_between(_bound(low), _bound(high))
+    return {
+        **target.describe(),
+        "min": _json_bound(low),
+        "max": _json_bound(high),
+        "count": counted.count,
+        "source": reader.source,
+        "seq": counted.seq,
+    }
+
+
+async def rank_answer(reader: BoardReader, target: Target, score: float) -> dict[str, Any]:
+    better, equal, seq = await reader.better_and_equal(score, target.reverse)
+    rank = rank_of_score(better, equal, target.board_type.tie_break, target.ties)
+    return {**target.describe(), "score": _score(score), "rank": rank, "source": reader.source, "seq": seq}
+
+
+def _bound(value: float) -> str:
+    if value == float("inf"):
+        return "+inf"
+    if value == float("-inf"):
+        return "-inf"
+    return repr(value) if not value.is_integer() else str(int(value))
+
+
+def _json_bound(value: float) -> float | int | str:
+    return _bound(value) if value in (float("inf"), float("-inf")) else _score(value)
