@@ -101,7 +101,7 @@ def normalise(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{**i, "score": float(i["score"]) if i["score"] is not None else None} for i in items]
 
 
-async def check_board(http: TestClient, model: Model, board: str, rng: random.Random) -> int:
+async def check_board(http: TestClient[Any, Any], model: Model, board: str, rng: random.Random) -> int:
     kind = board.split(":", maxsplit=1)[0]
     natural_asc = kind in ASC
     metas = model.meta.get(board, {})
@@ -134,8 +134,8 @@ async def check_board(http: TestClient, model: Model, board: str, rng: random.Ra
                     member = rows[index][0]
                     resp = await http.get(f"/v1/boards/{board}/members/{member}?{q}")
                     body = await resp.json()
-                    want = expected_items(rows, index, index + 1, **opts)[0]
-                    assert normalise([{k: body[k] for k in want}]) == normalise([want])
+                    one = expected_items(rows, index, index + 1, **opts)[0]
+                    assert normalise([{k: body[k] for k in one}]) == normalise([one])
                     resp = await http.get(f"/v1/boards/{board}/members/{member}/around?{q}&n=3")
                     body = await resp.json()
                     want_around = expected_items(rows, max(index - 3, 0), index + 4, **opts)
