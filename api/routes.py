@@ -15,7 +15,8 @@ from api.redis_reader import RedisBoardReader
 from api.state import APP_STATE
 from common.keys import BoardKeys
 
-ROUTE_PREFIX = "/v1/boards/{board}"
+# any segment reaches the handler, so a malformed id gets its own 400 rather than a route miss
+ROUTE_PREFIX = "/v1/boards/{board:[^/]+}"
 
 
 def json(body: dict[str, Any], status: int = 200) -> web.Response:
@@ -94,8 +95,8 @@ async def rank(request: web.Request) -> web.Response:
 
 def add_routes(app: web.Application) -> None:
     app.router.add_get(f"{ROUTE_PREFIX}/top", top)
-    app.router.add_get(f"{ROUTE_PREFIX}/members/{{member}}", member)
-    app.router.add_get(f"{ROUTE_PREFIX}/members/{{member}}/around", around)
+    app.router.add_get(f"{ROUTE_PREFIX}/members/{{member:[^/]+}}", member)
+    app.router.add_get(f"{ROUTE_PREFIX}/members/{{member:[^/]+}}/around", around)
     app.router.add_post(f"{ROUTE_PREFIX}/members/lookup", lookup)
     app.router.add_get(f"{ROUTE_PREFIX}/count", count)
     app.router.add_get(f"{ROUTE_PREFIX}/rank", rank)

@@ -1,0 +1,6 @@
+"""rankstream's benchmarks: `python -m bench [worker ...]` (what `make bench` runs).
+
+Each benchmark is a module `bench/<name>.py` with `run() -> dict` (the JSON report, written
+to `bench/results/<name>.json`) and optionally `ROWS`, the metrics its printed table shows.
+They run on real servers started for the run, never on mocks.
+"""

@@ -1,0 +1,282 @@
+"""The HTTP contract: the spec holds for every answer (schemathesis against a live server on
+real Redis), bad input is a 4xx JSON error, Redis down is a 503, the top cache makes one Redis
+call per burst, metrics count routes, and SIGTERM drains requests in flight."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+import redis
+import redis.asyncio as aioredis
+from aiohttp.test_utils import TestClient, TestServer
+
+from api.app import create_app
+from common.boards import load_boards
+from common.events import Op, UpdateEvent
+from common.settings import Settings
+from rankstream.stack import free_port
+from tests.helpers import wait_for
+from worker.apply import Applier
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
+MEMBERS = [f"u{i}" for i in range(30)]
+
+
+def fill(settings: Settings, client: redis.Redis) -> None:
+    boards = load_boards(settings.boards)
+    applier = Applier(client, boards, settings.key_prefix, 600_000)
+    now = int(time.time() * 1000)
+    events = []
+    for i, member in enumerate(MEMBERS):
+        for board in ("gift:room42", "gift:room7", "coins:global", "level:season3"):
+            meta = orjson.dumps({"name": member.upper()}) if i % 3 == 0 else None
+            event = UpdateEvent(
+                f"{board}-{i}", board, board.split(":")[0], member, Op.INCR, float(i % 7), None, meta
+            )
+            events.append((event, now - i))
+    applier.apply(events)
+
+
+@pytest.fixture
+def api_server(settings: Settings, rclient) -> Iterator[str]:
+    """A real `rankstream api` process on a free port, over real Redis holding test data."""
+    fill(settings, rclient)
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RANKSTREAM_")}
+    env.update(
+        RANKSTREAM_REDIS_URL=settings.redis_url.get_secret_value(),
+        RANKSTREAM_BOARDS=str(settings.boards),
+        RANKSTREAM_KEY_PREFIX=settings.key_prefix,
+        RANKSTREAM_API_PORT=str(port),
+        RANKSTREAM_API_HOST="127.0.0.1",
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rankstream.cli", "api"], env=env, cwd=ROOT, stderr=subprocess.PIPE
+    )
+    base = f"http://127.0.0.1:{port}"
+    wait_for(lambda: _status(f"{base}/livez") == 200, 30, "the API listening")
+    yield base
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(30)
+    assert proc.stderr is not None
+    stderr = proc.stderr.read().decode()
+    proc.stderr.close()
+    assert "Traceback" not in stderr
+
+
+def _status(url: str) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:  # noqa: S310 - loopback
+            return int(resp.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+    except OSError:
+        return 0
+
+
+def _get(url: str) -> tuple[int, Any]:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as resp:  # noqa: S310 - loopback
+            return int(resp.status), orjson.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        return int(exc.code), orjson.loads(exc.read())
+
+
+def test_every_answer_conforms_to_the_spec(api_server, tmp_path):
+    _, spec = _get(f"{api_server}/openapi.json")
+    # steer generation onto real boards and members, so it reaches the ranking code, not 404s
+    params = spec["components"]["parameters"]
+    params["board"]["schema"] = {"type": "string", "enum": ["gift:room42", "coins:global", "level:season3"]}
+    params["member"]["schema"] = {"type": "string", "enum": [*MEMBERS[:5], "ghost"]}
+    params["window"]["schema"] = {"type": "string", "enum": ["total", "day", "hour"]}
+    path = tmp_path / "spec.json"
+    path.write_bytes(orjson.dumps(spec))
+    checks = "not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance"
+    argv = [
+        str(Path(sys.executable).parent / "st"),
+        "run",
+        str(path),
+        "--url",
+        api_server,
+        "--checks",
+        checks,
+    ]
+    argv += ["-n", "40", "--generation-deterministic", "--no-color"]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    assert " passed" in proc.stdout and "failed" not in proc.stdout.split("SUMMARY")[-1]
+
+
+@pytest.mark.parametrize(
+    ("path", "status", "code"),
+    [
+        ("/v1/boards/gift:room42/top?limit=501", 400, "bad_parameter"),
+        ("/v1/boards/gift:room42/top?limit=0", 400, "bad_parameter"),
+        ("/v1/boards/gift:room42/top?offset=-1", 400, "bad_parameter"),
+        ("/v1/boards/gift:room42/top?limit=ten", 400, "bad_parameter"),
+        ("/v1/boards/gift:room42/top?window=day&period=2026-02-30", 400, "bad_period"),
+        ("/v1/boards/gift:room42/top?window=week&period=2026-W99", 400, "bad_period"),
+        ("/v1/boards/gift:room42/top?window=fortnight", 400, "bad_window"),
+        ("/v1/boards/gift:room42/top?order=sideways", 400, "bad_parameter"),
+        ("/v1/boards/gift:room42/top?ties=dense", 400, "bad_parameter"),
+        ("/v1/boards/gift:room42/top?at=-5&window=day", 400, "bad_parameter"),
+        ("/v1/boards/Gift:room42/top", 400, "bad_board"),
+        ("/v1/boards/gift:room%7B42%7D/top", 400, "bad_board"),
+        ("/v1/boards/gift:room42/members/a%0Ab", 400, "bad_member"),
+        (f"/v1/boards/gift:room42/members/{'x' * 129}", 400, "bad_member"),
+        ("/v1/boards/gift:room42/members/u1/around?n=101", 400, "bad_parameter"),
+        ("/v1/boards/gift:room42/count?min=low", 400, "bad_parameter"),
+        ("/v1/boards/gift:room42/count?max=1e999", 400, "bad_parameter"),
+        ("/v1/boards/gift:room42/rank", 400, "bad_parameter"),
+        ("/v1/boards/gift:room42/rank?score=nan", 400, "bad_parameter"),
+        ("/v1/boards/nosuch:room/top", 404, "unknown_board_type"),
+        ("/v1/boards/gift:room42/members/ghost", 404, "member_not_found"),
+        ("/v1/boards/gift:room42/members/ghost/around", 404, "member_not_found"),
+        ("/v1/nothing/here", 404, "not_found"),
+    ],
+)
+def test_bad_requests_get_json_errors(api_server, path, status, code):
+    got_status, body = _get(f"{api_server}{path}")
+    assert (got_status, body["error"]["code"]) == (status, code)
+    assert isinstance(body["error"]["message"], str) and body["error"]["message"]
+
+
+@pytest.mark.parametrize(
+    ("body", "code"),
+    [(b"not json", "bad_body"), (b'{"members": []}', "bad_body"), (b'{"members": [1]}', "bad_body"),
+     (orjson.dumps({"members": [f"m{i}" for i in range(501)]}), "bad_body"),
+     (b'{"members": ["ok", ""]}', "bad_member"), (b"[]", "bad_body")],
+)  # fmt: skip
+def test_bad_lookup_bodies_get_json_errors(api_server, body, code):
+    url = f"{api_server}/v1/boards/gift:room42/members/lookup"
+    request = urllib.request.Request(url, data=body, method="POST")  # noqa: S310 - loopback URL
+    with pytest.raises(urllib.error.HTTPError) as info:
+        urllib.request.urlopen(request, timeout=10)  # noqa: S310 - loopback URL
+    assert info.value.code == 400
+    assert orjson.loads(info.value.read())["error"]["code"] == code
+
+
+def in_process(settings: Settings, client: aioredis.Redis, requests: Any) -> Any:
+    async def go() -> Any:
+        app = create_app(settings, load_boards(settings.boards), client)
+        async with TestClient(TestServer(app)) as http:
+            return await requests(http)
+
+    return asyncio.run(go())
+
+
+def test_redis_unreachable_is_a_503_not_a_trace(make_settings):
+    settings = make_settings(redis_url=f"redis://127.0.0.1:{free_port()}/0")
+    client = aioredis.Redis.from_url(settings.redis_url.get_secret_value(), socket_connect_timeout=0.5)
+
+    async def requests(http: TestClient[Any, Any]) -> list[tuple[int, Any]]:
+        out = []
+        for path in ("/v1/boards/gift:room42/top", "/v1/boards/gift:room42/members/u1", "/livez"):
+            resp = await http.get(path)
+            out.append((resp.status, await resp.json()))
+        metrics = await (await http.get("/metrics")).text()
+        out.append((0, "rankstream_api_redis_errors_total 2.0" in metrics))
+        return out
+
+    (s1, b1), (s2, b2), (s3, _), (_, counted) = in_process(settings, client, requests)
+    assert (s1, b1["error"]["code"]) == (503, "redis_unavailable")
+    assert (s2, b2["error"]["code"]) == (503, "redis_unavailable")
+    assert s3 == 200  # alive: only Redis-backed answers fail
+    assert counted
+
+
+def evalsha_calls(client: redis.Redis) -> int:
+    stats = client.info("commandstats")
+    return int(stats.get("cmdstat_evalsha", {}).get("calls", 0))
+
+
+def test_top_cache_single_flight_ttl_and_bypass(make_settings, rclient):
+    settings = make_settings(top_cache_ttl_s=1.0)
+    fill(settings, rclient)
+    client = aioredis.Redis.from_url(settings.redis_url.get_secret_value())
+    url = "/v1/boards/gift:room42/top?limit=5"
+
+    async def requests(http: TestClient[Any, Any]) -> dict[str, int]:
+        calls: dict[str, int] = {}
+        before = evalsha_calls(rclient)
+        bodies = await asyncio.gather(*(http.get(url) for _ in range(50)))
+        assert all(r.status == 200 for r in bodies)
+        calls["burst"] = evalsha_calls(rclient) - before
+        before = evalsha_calls(rclient)
+        await asyncio.gather(*(http.get(url) for _ in range(20)))
+        calls["within_ttl"] = evalsha_calls(rclient) - before
+        before = evalsha_calls(rclient)
+        for _ in range(3):
+            await http.get(url + "&nocache=1")
+        calls["nocache"] = evalsha_calls(rclient) - before
+        await asyncio.sleep(1.1)
+        before = evalsha_calls(rclient)
+        await http.get(url)
+        calls["after_ttl"] = evalsha_calls(rclient) - before
+        metrics = await (await http.get("/metrics")).text()
+        calls["hits_metric"] = int('rankstream_api_top_cache_total{result="hit"} 69.0' in metrics)
+        return calls
+
+    calls = in_process(settings, client, requests)
+    assert calls == {"burst": 1, "within_ttl": 0, "nocache": 3, "after_ttl": 1, "hits_metric": 1}
+
+
+def test_metrics_count_requests_by_route(api_server):
+    for _ in range(3):
+        _get(f"{api_server}/v1/boards/gift:room42/members/u1")
+    _get(f"{api_server}/v1/boards/gift:room42/members/ghost")
+    with urllib.request.urlopen(f"{api_server}/metrics", timeout=5) as resp:  # noqa: S310 - loopback
+        text = resp.read().decode()
+    route = "/v1/boards/{board}/members/{member}"  # the canonical name, without the patterns
+    assert f'rankstream_api_requests_total{{route="{route}",status="200"}} 3.0' in text
+    assert f'rankstream_api_requests_total{{route="{route}",status="404"}} 1.0' in text
+    assert f'rankstream_api_request_seconds_count{{route="{route}"}} 4.0' in text
+
+
+def test_sigterm_drains_requests_in_flight(settings, rclient):
+    fill(settings, rclient)
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RANKSTREAM_")}
+    env.update(
+        RANKSTREAM_REDIS_URL=settings.redis_url.get_secret_value(),
+        RANKSTREAM_BOARDS=str(settings.boards),
+        RANKSTREAM_KEY_PREFIX=settings.key_prefix,
+        RANKSTREAM_API_PORT=str(port),
+        RANKSTREAM_TOP_CACHE_TTL_S="0",
+    )
+    proc = subprocess.Popen([sys.executable, "-m", "rankstream.cli", "api"], env=env, cwd=ROOT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(lambda: _status(f"{base}/livez") == 200, 30, "the API listening")
+        result: dict[str, Any] = {}
+
+        def slow_request() -> None:
+            result["answer"] = _get(f"{base}/v1/boards/gift:room42/top")
+
+        rclient.execute_command("CLIENT", "PAUSE", "1500", "ALL")  # Redis stalls: the request hangs
+        worker = threading.Thread(target=slow_request)
+        worker.start()
+        time.sleep(0.4)
+        proc.send_signal(signal.SIGTERM)  # mid-request
+        worker.join(10)
+        assert proc.wait(30) == 0
+        status, body = result["answer"]
+        assert status == 200 and len(body["items"]) == 10
+    finally:
+        if proc.poll() is None:
+            proc.kill()
