@@ -11,6 +11,7 @@ from pathlib import Path
 from common.errors import ConfigError, RankstreamError, StackError
 from common.logs import setup_logging
 from common.settings import Settings, load_settings
+from rankstream.show import ApiAnswerError
 
 
 def _worker(args: argparse.Namespace, settings: Settings) -> int:
@@ -63,6 +64,26 @@ def _demo(args: argparse.Namespace, settings: Settings) -> int:
     return run_demo_producer(settings, events_per_s=args.rate, duration_s=args.duration)
 
 
+def _api_url(args: argparse.Namespace, settings: Settings) -> str:
+    return str(args.api or f"http://127.0.0.1:{settings.api_port}")
+
+
+def _top(args: argparse.Namespace, settings: Settings) -> int:
+    from rankstream.show import show_top
+
+    params = {"window": args.window, "period": args.period, "limit": args.limit, "offset": args.offset}
+    print(show_top(_api_url(args, settings), args.board, **params))
+    return 0
+
+
+def _member(args: argparse.Namespace, settings: Settings) -> int:
+    from rankstream.show import show_member
+
+    params = {"window": args.window, "period": args.period}
+    print(show_member(_api_url(args, settings), args.board, args.member, **params))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rankstream", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -87,6 +108,22 @@ def build_parser() -> argparse.ArgumentParser:
     dev.add_argument("--rate", type=float, default=200.0, help="demo events per second")
     dev.set_defaults(func=_dev)
 
+    top = sub.add_parser("top", help="print the top of a board from a running API")
+    top.add_argument("board")
+    top.add_argument("--limit", type=int, default=10)
+    top.add_argument("--offset", type=int, default=0)
+    member = sub.add_parser("member", help="print one member's rank from a running API")
+    member.add_argument("board")
+    member.add_argument("member")
+    for p in (top, member):
+        p.add_argument("--window", default=None, help="total (default), hour, day, week, month, year")
+        p.add_argument("--period", default=None, help="e.g. 2026-11-22; default: the current period")
+        p.add_argument(
+            "--api", default=None, help="API base URL; default http://127.0.0.1:$RANKSTREAM_API_PORT"
+        )
+    top.set_defaults(func=_top)
+    member.set_defaults(func=_member)
+
     demo = sub.add_parser("demo", help="produce realistic gift events")
     demo.add_argument("--rate", type=float, default=200.0, help="events per second")
     demo.add_argument("--duration", type=float, default=0.0, help="seconds; 0 = until interrupted")
@@ -101,7 +138,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = load_settings()
         setup_logging(settings.log_level)
         return func(args, settings)
-    except (ConfigError, StackError) as exc:
+    except (ConfigError, StackError, ApiAnswerError) as exc:
         print(f"rankstream: {exc}", file=sys.stderr)
         return 2
     except RankstreamError as exc:

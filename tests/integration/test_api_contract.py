@@ -280,3 +280,28 @@ def test_sigterm_drains_requests_in_flight(settings, rclient):
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_cli_prints_readable_tables_from_a_running_api(api_server):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RANKSTREAM_")}
+    top = subprocess.run(
+        [sys.executable, "-m", "rankstream.cli", "top", "gift:room42", "--limit", "3", "--api", api_server],
+        capture_output=True, text=True, env=env, check=False, timeout=60,
+    )  # fmt: skip
+    assert top.returncode == 0, top.stderr
+    lines = top.stdout.splitlines()
+    assert lines[0].startswith("gift:room42  window total  period all  members 30")
+    # u27 (i=27, 27 % 7 = 6, the earliest of the sixes) leads; ties: earlier first
+    assert lines[3].split()[:3] == ["1", "u27", "6"] and lines[3].split()[3] == "U27"
+    assert len(lines) == 7 and lines[-1].startswith("source redis  seq ")
+    member = subprocess.run(
+        [sys.executable, "-m", "rankstream.cli", "member", "gift:room42", "u1", "--api", api_server],
+        capture_output=True, text=True, env=env, check=False, timeout=60,
+    )  # fmt: skip
+    assert member.returncode == 0 and " u1 " in member.stdout
+    missing = subprocess.run(
+        [sys.executable, "-m", "rankstream.cli", "member", "gift:room42", "ghost", "--api", api_server],
+        capture_output=True, text=True, env=env, check=False, timeout=60,
+    )  # fmt: skip
+    assert missing.returncode == 2
+    assert missing.stderr.strip() == "rankstream: member_not_found: 'ghost' is not on this board"
