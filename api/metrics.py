@@ -6,7 +6,7 @@ import time
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 
 class ApiMetrics:
@@ -24,6 +24,22 @@ class ApiMetrics:
         )
         self.cache = Counter("rankstream_api_top_cache", "Top-page cache lookups", ["result"], registry=r)
         self.redis_errors = Counter("rankstream_api_redis_errors", "Requests failed by Redis", registry=r)
+        self.hot_reads = Counter(
+            "rankstream_api_hot_reads", "Reads answered from memory", ["board"], registry=r
+        )
+        self.replayed = Gauge(
+            "rankstream_api_hot_records_replayed",
+            "update_cache records applied per hot board",
+            ["board"],
+            registry=r,
+        )
+        self.hot_lag = Gauge(
+            "rankstream_api_hot_lag_seq",
+            "Redis seq minus the seq memory reflects, per hot board",
+            ["board"],
+            registry=r,
+        )
+        self.hot_ready = Gauge("rankstream_api_hot_ready", "1 once every hot board is in memory", registry=r)
 
     def middleware(self) -> web.middleware:  # type: ignore[valid-type]  # aiohttp's decorator type
         @web.middleware

@@ -9,6 +9,7 @@ from aiohttp import web
 
 from api import queries
 from api.errors import ApiError
+from api.memory_reader import MemoryBoardReader
 from api.params import MAX_AROUND, MAX_LIMIT, Target, int_param, member_id, score_param, target
 from api.reader import BoardReader
 from api.redis_reader import RedisBoardReader
@@ -24,7 +25,14 @@ def json(body: dict[str, Any], status: int = 200) -> web.Response:
 
 
 def reader_for(request: web.Request, where: Target) -> BoardReader:
+    """Hot board windows answer from memory (and never touch Redis); the rest from Redis."""
     state = request.app[APP_STATE]
+    hot = state.hot.hot_window(where.board, where.window)
+    if hot is not None:
+        if not hot.ready:
+            raise ApiError(503, "warming_up", "this node is still loading the board into memory")
+        state.metrics.hot_reads.labels(where.board).inc()
+        return MemoryBoardReader(hot, where.instance)
     keys = BoardKeys(state.key_prefix, where.board)
     return RedisBoardReader(state.redis, keys, where.board_type, where.instance)
 

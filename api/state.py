@@ -9,6 +9,7 @@ import redis.asyncio as aioredis
 from aiohttp import web
 
 from api.cache import SingleFlightCache
+from api.hotboards import HotBoards
 from api.metrics import ApiMetrics
 from common.boards import BoardsConfig
 
@@ -19,6 +20,7 @@ class ApiState:
     redis: aioredis.Redis
     key_prefix: str
     top_cache: SingleFlightCache[Any]
+    hot: HotBoards
     metrics: ApiMetrics = field(default_factory=ApiMetrics)
 
 

@@ -15,6 +15,7 @@ from types import FrameType, ModuleType
 from typing import Any
 
 from bench.common import ENV_PREFIX, BenchError, Row, format_table, say, scalar_rows, write_result
+from common.errors import RankstreamError
 
 # In run order; a name whose module (bench/<name>.py) does not exist yet is skipped by default.
 KNOWN = ("worker", "api", "hot")
@@ -67,7 +68,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except KeyboardInterrupt:
             say(f"{name}: interrupted")
             return 130
-        except BenchError as exc:
+        except (BenchError, RankstreamError) as exc:
             say(f"{name}: FAILED: {exc}")
             return 1
     return 0

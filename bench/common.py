@@ -122,7 +122,8 @@ def _machine_ticks() -> tuple[int, int] | None:
 
 class CpuMeter:
     """CPU% of named processes between start() and stop(): 100 = one full core. "machine" is
-    the busy share of all cores (100 = every core busy), which shows how noisy the box was."""
+    the busy share of all cores (100 = every core busy) and "others" what processes not named
+    here used (100 = one core): how noisy the box was while this was measured."""
 
     def __init__(self, pids: Mapping[str, int]) -> None:
         self._pids = dict(pids)
@@ -140,15 +141,18 @@ class CpuMeter:
         out: dict[str, float] = {}
         if elapsed <= 0:
             return out
+        ours = 0
         for name, pid in self._pids.items():
             before, after = self._ticks0.get(name), _process_ticks(pid)
             if before is not None and after is not None:
+                ours += after - before
                 out[name] = round(100 * (after - before) / _CLK_TCK / elapsed, 1)
         machine_now = _machine_ticks()
         if self._machine0 is not None and machine_now is not None:
             busy, total = (now - then for now, then in zip(machine_now, self._machine0, strict=True))
             if total > 0:
                 out["machine"] = round(100 * busy / total, 1)
+                out["others"] = round(100 * max(0, busy - ours) / _CLK_TCK / elapsed, 1)
         return out
 
 
@@ -173,7 +177,9 @@ def _fmt(value: Any) -> str:
     if isinstance(value, int):
         return f"{value:,}"
     if isinstance(value, float):
-        return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:,.3g}" if abs(value) < 10 else f"{value:,.1f}"
+        return (
+            f"{value:,.0f}" if abs(value) >= 1000 else f"{value:,.3g}" if abs(value) < 10 else f"{value:,.1f}"
+        )
     return str(value)
 
 

@@ -7,6 +7,8 @@ board lives in one Cluster slot and one script may touch all of it.
     <prefix>{<board>}:o:<instance>     overflow zset: members beyond max_members (same encoding)
     <prefix>{<board>}:h:<instance>     hash member -> "<score>|<tie ms>": exact state of every member
     <prefix>{<board>}:id:<event id>    dedupe record, lives for the dedupe window
+    <prefix>{<board>}:hot              set once the board's state is backfilled into update_cache
+    <prefix>{<board>}:hot:lock         held by the worker backfilling it
 
 <instance> is `total` or `<window>:<period id>` (`day:2026-11-22`, `week:2026-W47`).
 """
@@ -51,3 +53,15 @@ class BoardKeys:
 
     def dedupe(self, event_id: str) -> str:
         return f"{self.tag}:id:{event_id}"
+
+    @property
+    def hot_ready(self) -> str:
+        return f"{self.tag}:hot"
+
+    @property
+    def hot_lock(self) -> str:
+        return f"{self.tag}:hot:lock"
+
+    def state_pattern(self, window: str) -> str:
+        """SCAN pattern of the state hashes of every period of a calendar window."""
+        return f"{self.tag}:h:{window}:*"

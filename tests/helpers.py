@@ -22,7 +22,7 @@ from tests.oracle import BOARDS, Model
 from tests.oracle import Message as StreamMessage
 from worker.consumer import WorkerLoop
 from worker.dlq import HEADER_INDEX, HEADER_PARTITION, HEADER_REASON
-from worker.main import build_loop
+from worker.main import build_loop, cache_publisher
 from worker.metrics import WorkerMetrics
 
 
@@ -76,6 +76,11 @@ def api_call(settings: Settings, method: str, path: str, **kwargs: Any) -> tuple
         client = aioredis.Redis.from_url(settings.redis_url.get_secret_value())
         app = create_app(settings, load_boards(settings.boards), client)
         async with TestClient(TestServer(app)) as http:
+            # like Kubernetes: no request before the node is ready (hot boards replayed)
+            deadline = time.monotonic() + 60
+            while (await http.get("/readyz")).status != 200:
+                assert time.monotonic() < deadline, "the API never became ready"
+                await asyncio.sleep(0.05)
             resp = await http.request(method, path, **kwargs)
             return resp.status, await resp.json()
 
@@ -117,3 +122,11 @@ def check_dlq(
     else:
         assert set(got) == set(expected)
         assert all(got[k] >= n for k, n in expected.items())
+
+
+def backfill(settings: Settings, client: redis.Redis) -> None:
+    """What a worker does at start: publish every hot board's current state to update_cache."""
+    producer = Producer({"bootstrap.servers": settings.kafka_bootstrap, "enable.idempotence": True})
+    publisher = cache_publisher(settings, load_boards(settings.boards), producer, client)
+    assert publisher.published >= 0
+    producer.flush(10)

@@ -41,6 +41,7 @@ class Outcome:
     # instance -> state after the event (None: absent); only filled for hot boards
     states: dict[str, MemberState | None]
     late_windows: int  # calendar windows skipped because their period closed beyond late_grace
+    meta: bytes | None = None  # the member's meta after the event; only filled for hot boards
 
 
 _FOREVER = 2**62
@@ -171,10 +172,13 @@ class Applier:
                 status, seq = Status(int(reply[pos])), int(reply[pos + 1])
                 pos += 2
                 states: dict[str, MemberState | None] = {}
+                meta: bytes | None = None
                 if want:
                     ordered = sorted(names, key=lambda n: chunk.instances[n][0])
                     for name in ordered:
                         states[name] = parse_state(reply[pos])
                         pos += 1
-                outcomes.append(Outcome(event, status, seq, states, late))
+                    meta = reply[pos] or None
+                    pos += 1
+                outcomes.append(Outcome(event, status, seq, states, late, meta))
         return outcomes

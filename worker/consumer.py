@@ -20,6 +20,7 @@ from common.kafka_types import MessageLike
 from worker.apply import Applier, Status
 from worker.dlq import DeadLetters
 from worker.metrics import WorkerMetrics
+from worker.publisher import CachePublisher
 
 _log = logging.getLogger(__name__)
 MAX_BACKOFF_S = 5.0
@@ -48,6 +49,7 @@ class WorkerLoop:
         applier: Applier,
         dead_letters: DeadLetters,
         metrics: WorkerMetrics,
+        publisher: CachePublisher | None = None,
         batch_size: int,
         batch_timeout_s: float,
     ) -> None:
@@ -55,6 +57,7 @@ class WorkerLoop:
         self._boards = boards
         self._applier = applier
         self._dlq = dead_letters
+        self._publisher = publisher
         self.metrics = metrics
         self._batch_size = batch_size
         self._batch_timeout_s = batch_timeout_s
@@ -146,7 +149,11 @@ class WorkerLoop:
             self.metrics.events.labels("applied").inc(tally[Status.APPLIED])
             self.metrics.events.labels("duplicate").inc(tally[Status.DUPLICATE])
             self.metrics.late_windows.inc(late)
+            if self._publisher is not None:
+                self._publisher.publish(outcomes)
         self._dlq.flush(timeout=10)
+        if self._publisher is not None:
+            self._publisher.flush(timeout=10)
 
     def _dead_letter(self, msg: MessageLike, bad: BadEvent) -> None:
         self._dlq.send(msg, bad)

@@ -11,15 +11,19 @@ from types import FrameType
 
 import orjson
 import redis
+from confluent_kafka import Producer
 
-from common.boards import load_boards
+from common.boards import BoardsConfig, load_boards
 from common.clients import kafka_consumer, kafka_producer, redis_client
+from common.errors import InfrastructureError
 from common.health import serve_probes
 from common.settings import Settings
 from worker.apply import Applier
+from worker.backfill import backfill_all
 from worker.consumer import WorkerLoop
 from worker.dlq import DeadLetters
 from worker.metrics import WorkerMetrics
+from worker.publisher import CachePublisher
 
 _log = logging.getLogger(__name__)
 
@@ -36,6 +40,25 @@ def lag_reporter(metrics: WorkerMetrics) -> Callable[[str], None]:
                     metrics.lag.labels(partition).set(lag)
 
     return on_stats
+
+
+def cache_publisher(
+    settings: Settings, boards: BoardsConfig, producer: Producer, client: redis.Redis
+) -> CachePublisher:
+    """The update_cache publisher; every hot board is backfilled before the worker consumes."""
+    topic = producer.list_topics(settings.topic_cache, timeout=10).topics.get(settings.topic_cache)
+    if topic is None or topic.error is not None or not topic.partitions:
+        raise InfrastructureError(f"topic {settings.topic_cache} is missing: run `rankstream topics`")
+    publisher = CachePublisher(
+        producer,
+        settings.topic_cache,
+        partitions=len(topic.partitions),
+        boards=boards,
+        client=client,
+        key_prefix=settings.key_prefix,
+    )
+    backfill_all(client, publisher, boards, settings.key_prefix)  # before consuming: see backfill.py
+    return publisher
 
 
 def build_loop(settings: Settings, metrics: WorkerMetrics) -> tuple[WorkerLoop, redis.Redis]:
@@ -63,6 +86,7 @@ def build_loop(settings: Settings, metrics: WorkerMetrics) -> tuple[WorkerLoop, 
     producer = kafka_producer(
         settings, {"enable.idempotence": True, "acks": "all"}, defaults={"linger.ms": 5}
     )
+    publisher = cache_publisher(settings, boards, producer, client) if boards.hot else None
     applier = Applier(client, boards, settings.key_prefix, settings.dedupe_window_s * 1000)
     loop = WorkerLoop(
         consumer=consumer,
@@ -70,6 +94,7 @@ def build_loop(settings: Settings, metrics: WorkerMetrics) -> tuple[WorkerLoop, 
         applier=applier,
         dead_letters=DeadLetters(producer, settings.topic_dlq),
         metrics=metrics,
+        publisher=publisher,
         batch_size=settings.worker_batch_size,
         batch_timeout_s=settings.worker_batch_timeout_ms / 1000,
     )

@@ -8,7 +8,8 @@
 --       then per event 6 fields: op, member, score, tie ms, meta ('' = none), window mask
 --       (bit i-1 set = the event counts in instance i).
 -- Returns, per event: status (1 applied, 0 duplicate, 2 score out of range), board seq, and
--- when "want state": per instance in its mask, "<score>|<tie ms>" or "" for an absent member.
+-- when "want state" (hot boards): per instance in its mask, "<score>|<tie ms>" or "" for an
+-- absent member, then the member's meta ('' if none), so update_cache always carries it.
 --
 -- The zset score is the exact score; the member is prefixed with its tie time in fixed-width
 -- hex (see common/ranking.py) so Redis' bytewise order of equal scores is the tie rule.
@@ -159,6 +160,7 @@ for e = 1, E do
         out[#out + 1] = c.present and (fmt(c.score) .. '|' .. fmt(c.tie)) or ''
       end
     end
+    out[#out + 1] = redis.call('HGET', KEYS[2], member) or ''
   end
 end
 for _, d in ipairs(dirty) do flush(d[1], d[2], d[3]) end

@@ -28,7 +28,8 @@ from common.boards import load_boards
 from common.events import Op, UpdateEvent
 from common.settings import Settings
 from rankstream.stack import free_port
-from tests.helpers import wait_for
+from rankstream.topics import ensure_topics
+from tests.helpers import backfill, wait_for
 from worker.apply import Applier
 
 pytestmark = pytest.mark.integration
@@ -37,6 +38,8 @@ MEMBERS = [f"u{i}" for i in range(30)]
 
 
 def fill(settings: Settings, client: redis.Redis) -> None:
+    """Data written straight to Redis, then backfilled: gift:room42 is hot in deploy/boards.yaml,
+    so this is the path of a board made hot after it already holds data."""
     boards = load_boards(settings.boards)
     applier = Applier(client, boards, settings.key_prefix, 600_000)
     now = int(time.time() * 1000)
@@ -49,6 +52,23 @@ def fill(settings: Settings, client: redis.Redis) -> None:
             )
             events.append((event, now - i))
     applier.apply(events)
+    ensure_topics(settings)
+    backfill(settings, client)
+
+
+def api_env(settings: Settings, port: int) -> dict[str, str]:
+    """The environment of a `rankstream api` process reading this test's Redis keys and topics."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RANKSTREAM_")}
+    env.update(
+        RANKSTREAM_KAFKA_BOOTSTRAP=settings.kafka_bootstrap,
+        RANKSTREAM_REDIS_URL=settings.redis_url.get_secret_value(),
+        RANKSTREAM_BOARDS=str(settings.boards),
+        RANKSTREAM_KEY_PREFIX=settings.key_prefix,
+        RANKSTREAM_TOPIC_CACHE=settings.topic_cache,
+        RANKSTREAM_API_PORT=str(port),
+        RANKSTREAM_API_HOST="127.0.0.1",
+    )
+    return env
 
 
 @pytest.fixture
@@ -56,19 +76,12 @@ def api_server(settings: Settings, rclient) -> Iterator[str]:
     """A real `rankstream api` process on a free port, over real Redis holding test data."""
     fill(settings, rclient)
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RANKSTREAM_")}
-    env.update(
-        RANKSTREAM_REDIS_URL=settings.redis_url.get_secret_value(),
-        RANKSTREAM_BOARDS=str(settings.boards),
-        RANKSTREAM_KEY_PREFIX=settings.key_prefix,
-        RANKSTREAM_API_PORT=str(port),
-        RANKSTREAM_API_HOST="127.0.0.1",
-    )
+    env = api_env(settings, port)
     proc = subprocess.Popen(
         [sys.executable, "-m", "rankstream.cli", "api"], env=env, cwd=ROOT, stderr=subprocess.PIPE
     )
     base = f"http://127.0.0.1:{port}"
-    wait_for(lambda: _status(f"{base}/livez") == 200, 30, "the API listening")
+    wait_for(lambda: _status(f"{base}/readyz") == 200, 60, "the API ready")
     yield base
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
@@ -186,7 +199,7 @@ def test_redis_unreachable_is_a_503_not_a_trace(make_settings):
 
     async def requests(http: TestClient[Any, Any]) -> list[tuple[int, Any]]:
         out = []
-        for path in ("/v1/boards/gift:room42/top", "/v1/boards/gift:room42/members/u1", "/livez"):
+        for path in ("/v1/boards/gift:room7/top", "/v1/boards/gift:room7/members/u1", "/livez"):
             resp = await http.get(path)
             out.append((resp.status, await resp.json()))
         metrics = await (await http.get("/metrics")).text()
@@ -209,7 +222,7 @@ def test_top_cache_single_flight_ttl_and_bypass(make_settings, rclient):
     settings = make_settings(top_cache_ttl_s=1.0)
     fill(settings, rclient)
     client = aioredis.Redis.from_url(settings.redis_url.get_secret_value())
-    url = "/v1/boards/gift:room42/top?limit=5"
+    url = "/v1/boards/gift:room7/top?limit=5"  # not hot: its top pages are cached
 
     async def requests(http: TestClient[Any, Any]) -> dict[str, int]:
         calls: dict[str, int] = {}
@@ -251,22 +264,15 @@ def test_metrics_count_requests_by_route(api_server):
 def test_sigterm_drains_requests_in_flight(settings, rclient):
     fill(settings, rclient)
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RANKSTREAM_")}
-    env.update(
-        RANKSTREAM_REDIS_URL=settings.redis_url.get_secret_value(),
-        RANKSTREAM_BOARDS=str(settings.boards),
-        RANKSTREAM_KEY_PREFIX=settings.key_prefix,
-        RANKSTREAM_API_PORT=str(port),
-        RANKSTREAM_TOP_CACHE_TTL_S="0",
-    )
+    env = {**api_env(settings, port), "RANKSTREAM_TOP_CACHE_TTL_S": "0"}
     proc = subprocess.Popen([sys.executable, "-m", "rankstream.cli", "api"], env=env, cwd=ROOT)
     base = f"http://127.0.0.1:{port}"
     try:
-        wait_for(lambda: _status(f"{base}/livez") == 200, 30, "the API listening")
+        wait_for(lambda: _status(f"{base}/readyz") == 200, 60, "the API ready")
         result: dict[str, Any] = {}
 
         def slow_request() -> None:
-            result["answer"] = _get(f"{base}/v1/boards/gift:room42/top")
+            result["answer"] = _get(f"{base}/v1/boards/gift:room7/top")  # not hot: read from Redis
 
         rclient.execute_command("CLIENT", "PAUSE", "1500", "ALL")  # Redis stalls: the request hangs
         worker = threading.Thread(target=slow_request)
@@ -293,7 +299,7 @@ def test_cli_prints_readable_tables_from_a_running_api(api_server):
     assert lines[0].startswith("gift:room42  window total  period all  members 30")
     # u27 (i=27, 27 % 7 = 6, the earliest of the sixes) leads; ties: earlier first
     assert lines[3].split()[:3] == ["1", "u27", "6"] and lines[3].split()[3] == "U27"
-    assert len(lines) == 7 and lines[-1].startswith("source redis  seq ")
+    assert len(lines) == 7 and lines[-1].startswith("source memory  seq ")  # gift:room42 is hot
     member = subprocess.run(
         [sys.executable, "-m", "rankstream.cli", "member", "gift:room42", "u1", "--api", api_server],
         capture_output=True, text=True, env=env, check=False, timeout=60,

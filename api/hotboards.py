@@ -1,0 +1,235 @@
+"""Hot boards: replay update_cache into memory before the node reports ready, then follow it.
+
+A thread owns the Kafka consumer (confluent-kafka is blocking; the API is asyncio). Replay:
+read each hot board's seq from Redis, record the end offsets of their partitions, load every
+record into dicts, and when each partition reached its recorded end *and* each board's marker
+reached its seq, build the sorted structures once and flip to ready. After that the thread
+hands decoded records to the event loop, which applies them: the loop is the only writer
+while it serves reads, so a read never sees a half-applied update.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+from confluent_kafka import Consumer, TopicPartition
+
+from api.hotwindow import HotWindow
+from common.boards import BoardsConfig, Order, WindowKind
+from common.cache_records import Kind, Record, decode, partition_for
+from common.errors import InfrastructureError
+from common.keys import TOTAL_INSTANCE, BoardKeys
+from common.periods import expire_at_ms, parse_period
+from common.ranking import tie_mode
+from common.settings import Settings
+
+_log = logging.getLogger(__name__)
+BATCH = 10_000
+
+
+@dataclass
+class HotBoard:
+    board: str
+    windows: tuple[str, ...]
+    desc: bool
+    mode: Any
+    instances: dict[str, HotWindow] = field(default_factory=dict)
+    meta: dict[str, bytes] = field(default_factory=dict)
+    seq: int = 0  # the newest seq memory reflects (records and markers)
+    marker: int = -1  # the newest marker: every change up to it is in memory
+    target: int = 0  # Redis' seq when replay started
+    replayed: int = 0
+    ready: bool = False
+
+    def window(self, instance: str) -> HotWindow:
+        found = self.instances.get(instance)
+        if found is None:
+            found = HotWindow(self.desc, self.mode)
+            found.loading = not self.ready
+            self.instances[instance] = found
+        return found
+
+    def apply(self, record: Record) -> None:
+        self.replayed += 1
+        self.seq = max(self.seq, record.seq)
+        if record.kind is Kind.MARKER:
+            self.marker = max(self.marker, record.seq)
+            return
+        window = self.window(record.instance)
+        if record.kind is Kind.DELETED:
+            if window.delete(record.member, record.seq):
+                self.meta.pop(record.member, None)
+        elif window.put(record.member, record.score, record.tie_ms, record.seq):
+            if record.meta:
+                self.meta[record.member] = record.meta
+            else:
+                self.meta.pop(record.member, None)
+
+    def progress(self, started: float) -> dict[str, object]:
+        return {
+            "records_replayed": self.replayed,
+            "target_seq": self.target,
+            "seq": self.seq,
+            "marker": self.marker,
+            "ready": self.ready,
+            "elapsed_s": round(time.monotonic() - started, 3),
+        }
+
+
+class HotBoards:
+    def __init__(self, settings: Settings, boards: BoardsConfig) -> None:
+        self._settings = settings
+        self._config = boards
+        self.boards: dict[str, HotBoard] = {}
+        for hot in boards.hot:
+            board_type = boards.type_for(hot.board.split(":", 1)[0])
+            assert board_type is not None  # the config loader checked it
+            self.boards[hot.board] = HotBoard(
+                hot.board, hot.windows, board_type.order is Order.DESC, tie_mode(board_type)
+            )
+        self.ready = not self.boards
+        self.started = time.monotonic()
+        self.ready_after_s: float | None = 0.0 if self.ready else None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.error: str | None = None
+
+    def hot_window(self, board: str, window: str) -> HotBoard | None:
+        hot = self.boards.get(board)
+        return hot if hot is not None and window in hot.windows else None
+
+    # --- lifecycle ----------------------------------------------------------------------------
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        if not self.boards:
+            return
+        self._loop = loop
+        self._thread = threading.Thread(target=self._run, name="hot-boards", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(10)
+
+    def _consumer(self) -> Consumer:
+        conf = self._settings.librdkafka(
+            {
+                "group.id": f"rankstream-api-{uuid.uuid4().hex[:8]}",  # never joins or commits
+                "enable.auto.commit": False,
+                "enable.partition.eof": False,
+            },
+            defaults={"fetch.max.bytes": 52_428_800, "max.partition.fetch.bytes": 10_485_760},
+        )
+        return Consumer(conf)
+
+    def _targets(self) -> None:
+        client = redis.Redis.from_url(self._settings.redis_url.get_secret_value(), socket_timeout=5)
+        try:
+            for hot in self.boards.values():
+                hot.target = int(client.get(BoardKeys(self._settings.key_prefix, hot.board).seq) or 0)
+        finally:
+            client.close()
+
+    def _run(self) -> None:
+        backoff = 0.5
+        while not self._stop.is_set():
+            try:
+                self._replay_and_follow()
+            except Exception as exc:  # noqa: BLE001 - Kafka/Redis trouble: retry, stay unready
+                self.error = str(exc)
+                _log.warning("hot-board replay failed, retrying", extra={"error": str(exc)})
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, 10)
+            else:
+                return
+
+    def _replay_and_follow(self) -> None:
+        self._targets()
+        consumer = self._consumer()
+        topic = self._settings.topic_cache
+        try:
+            meta = consumer.list_topics(topic, timeout=10).topics.get(topic)
+            if meta is None or meta.error is not None or not meta.partitions:
+                raise InfrastructureError(f"topic {topic} is missing: run `rankstream topics`")
+            count = len(meta.partitions)
+            wanted = sorted({partition_for(board, count) for board in self.boards})
+            ends = {
+                p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in wanted
+            }
+            consumer.assign([TopicPartition(topic, p, -2) for p in wanted])  # -2: the beginning
+            _log.info("hot-board replay started", extra={"boards": list(self.boards), "partitions": wanted})
+            while not self._stop.is_set() and not self.ready:
+                self._apply_batch(consumer.consume(BATCH, 0.2))
+                if self._caught_up(consumer, topic, ends):
+                    self._finish()
+            while not self._stop.is_set():
+                records = self._decode(consumer.consume(BATCH, 0.1))
+                if records and self._loop is not None:
+                    self._loop.call_soon_threadsafe(self._apply_live, records)
+        finally:
+            consumer.close()
+
+    def _decode(self, messages: list[Any]) -> list[Record]:
+        return [decode(m.key(), m.value()) for m in messages if m.error() is None and m.value() is not None]
+
+    def _apply_batch(self, messages: list[Any]) -> None:
+        for record in self._decode(messages):
+            hot = self.boards.get(record.board)
+            if hot is not None:
+                hot.apply(record)
+
+    def _caught_up(self, consumer: Consumer, topic: str, ends: dict[int, int]) -> bool:
+        positions = consumer.position([TopicPartition(topic, p) for p in ends])
+        reached = all(tp.offset >= ends[tp.partition] or ends[tp.partition] == 0 for tp in positions)
+        return reached and all(hot.marker >= hot.target or hot.target == 0 for hot in self.boards.values())
+
+    def _finish(self) -> None:
+        for hot in self.boards.values():
+            self._drop_expired(hot)
+            for window in hot.instances.values():
+                window.finish_loading()
+            hot.ready = True
+        self.ready_after_s = time.monotonic() - self.started
+        self.ready = True
+        members = sum(len(w) for hot in self.boards.values() for w in hot.instances.values())
+        _log.info("hot boards ready", extra={"seconds": round(self.ready_after_s, 3), "members": members})
+
+    def _apply_live(self, records: list[Record]) -> None:
+        for record in records:
+            hot = self.boards.get(record.board)
+            if hot is not None:
+                new_instance = record.instance and record.instance not in hot.instances
+                hot.apply(record)
+                if new_instance:
+                    self._drop_expired(hot)  # a new period began: old ones past retention go
+
+    def _drop_expired(self, hot: HotBoard) -> None:
+        board_type = self._config.type_for(hot.board.split(":", 1)[0])
+        assert board_type is not None
+        now = int(time.time() * 1000)
+        for instance in list(hot.instances):
+            if instance == TOTAL_INSTANCE:
+                continue
+            name, period_id = instance.split(":", 1)
+            window = board_type.window(name)
+            if window.kind is WindowKind.TOTAL:
+                continue
+            period = parse_period(window.kind, period_id, self._config.timezone)
+            if expire_at_ms(period, board_type.retention[name], self._config.timezone) <= now:
+                del hot.instances[instance]
+
+    def status(self) -> dict[str, object]:
+        return {
+            "ready": self.ready,
+            "ready_after_s": self.ready_after_s,
+            "error": None if self.ready else self.error,
+            "boards": {board: hot.progress(self.started) for board, hot in self.boards.items()},
+        }

@@ -1,0 +1,51 @@
+"""BoardReader over a hot board in memory: the same answers as Redis, no Redis call."""
+
+from __future__ import annotations
+
+from api.hotboards import HotBoard
+from api.hotwindow import HotWindow
+from api.reader import Counted, Entry, Located, Lookup, Page
+
+_EMPTY_CACHE: dict[tuple[bool, object], HotWindow] = {}
+
+
+def _bound(text: str) -> float:
+    return float(text.replace("+inf", "inf"))
+
+
+class MemoryBoardReader:
+    source = "memory"
+
+    def __init__(self, hot: HotBoard, instance: str) -> None:
+        self._hot = hot
+        found = hot.instances.get(instance)
+        if found is None:  # a period nobody scored in yet: an empty window, not an error
+            found = _EMPTY_CACHE.get((hot.desc, hot.mode))
+            if found is None:
+                found = HotWindow(hot.desc, hot.mode)
+                found.finish_loading()
+                _EMPTY_CACHE[(hot.desc, hot.mode)] = found
+        self._window = found
+
+    async def page(self, start: int, stop: int, reverse: bool) -> Page:
+        meta = self._hot.meta
+        entries = [Entry(m, s, meta.get(m)) for m, s in self._window.page(start, stop, reverse)]
+        return Page(len(self._window), self._hot.seq, entries)
+
+    async def locate(self, members: list[str], reverse: bool) -> Lookup:
+        found: list[Located | None] = []
+        for member in members:
+            hit = self._window.locate(member, reverse)
+            if hit is None:
+                found.append(None)
+            else:
+                score, position, better = hit
+                found.append(Located(Entry(member, score, self._hot.meta.get(member)), position, better))
+        return Lookup(len(self._window), self._hot.seq, found)
+
+    async def count_between(self, low: str, high: str) -> Counted:
+        return Counted(self._window.count_between(_bound(low), _bound(high)), self._hot.seq)
+
+    async def better_and_equal(self, score: float, reverse: bool) -> tuple[int, int, int]:
+        better, equal = self._window.better_and_equal(score, reverse)
+        return better, equal, self._hot.seq

@@ -1,0 +1,64 @@
+"""The update_cache wire format, written by the worker and replayed by API nodes.
+
+Key: `<board>\\0<instance>\\0<member>` for a member's state, `<board>\\0` for the board's seq
+marker, so compaction keeps the latest record of each. Every record of a board goes to
+partition crc32(board) % partitions, so a node replays one partition per hot board.
+Value: a fixed header (kind, score, tie ms, seq) and, for a state, the member's meta JSON.
+States are absolute: replaying them is idempotent, and the higher seq wins whatever order
+they arrive in, so a backfill and live updates can interleave safely.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from dataclasses import dataclass
+from enum import IntEnum
+
+_HEADER = struct.Struct(">BdqQ")  # kind, score, tie ms, seq
+
+
+class Kind(IntEnum):
+    STATE = 1
+    DELETED = 2
+    MARKER = 3  # the board's seq: every change up to it is on the topic
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    kind: Kind
+    board: str
+    instance: str  # "" for a marker
+    member: str  # "" for a marker
+    score: float
+    tie_ms: int
+    seq: int
+    meta: bytes | None
+
+
+def partition_for(board: str, partitions: int) -> int:
+    return zlib.crc32(board.encode()) % partitions
+
+
+def state_record(
+    board: str, instance: str, member: str, *, score: float, tie_ms: int, seq: int, meta: bytes | None
+) -> tuple[bytes, bytes]:
+    key = f"{board}\0{instance}\0{member}".encode()
+    return key, _HEADER.pack(Kind.STATE, score, tie_ms, seq) + (meta or b"")
+
+
+def deleted_record(board: str, instance: str, member: str, seq: int) -> tuple[bytes, bytes]:
+    return f"{board}\0{instance}\0{member}".encode(), _HEADER.pack(Kind.DELETED, 0.0, 0, seq)
+
+
+def marker_record(board: str, seq: int) -> tuple[bytes, bytes]:
+    return f"{board}\0".encode(), _HEADER.pack(Kind.MARKER, 0.0, 0, seq)
+
+
+def decode(key: bytes, value: bytes) -> Record:
+    kind, score, tie, seq = _HEADER.unpack_from(value)
+    parts = key.decode().split("\0")
+    if kind == Kind.MARKER:
+        return Record(Kind.MARKER, parts[0], "", "", 0.0, 0, seq, None)
+    meta = value[_HEADER.size :] or None
+    return Record(Kind(kind), parts[0], parts[1], parts[2], score, tie, seq, meta)

@@ -1,0 +1,99 @@
+"""Backfill: a board made hot after it already holds data gets its whole current state into
+update_cache before any marker says "complete". Run by every worker at start (one wins the
+lock, the others skip) and by `rankstream backfill`.
+
+Every record is labelled with the board seq read *before* the scan: a change made during the
+scan is published live with a higher seq, and replay keeps the higher seq, whatever the order."""
+
+from __future__ import annotations
+
+import logging
+from typing import cast
+
+import redis
+
+from common.boards import BoardsConfig, WindowKind
+from common.cache_records import marker_record, state_record
+from common.keys import TOTAL_INSTANCE, BoardKeys
+from worker.apply import parse_state
+from worker.publisher import CachePublisher
+
+_log = logging.getLogger(__name__)
+LOCK_MS = 600_000
+SCAN_COUNT = 2_000
+
+
+def _instances(client: redis.Redis, keys: BoardKeys, windows: tuple[str, ...], boards: BoardsConfig,
+               board_type_name: str) -> list[str]:  # fmt: skip
+    board_type = boards.type_for(board_type_name)
+    assert board_type is not None
+    out: list[str] = []
+    for name in windows:
+        if board_type.window(name).kind is WindowKind.TOTAL:
+            out.append(TOTAL_INSTANCE)
+            continue
+        prefix_len = len(keys.state(""))
+        for raw in client.scan_iter(match=keys.state_pattern(name), count=SCAN_COUNT):
+            text = raw.decode() if isinstance(raw, bytes) else raw
+            out.append(text[prefix_len:])
+    return out
+
+
+def backfill_board(
+    client: redis.Redis,
+    publisher: CachePublisher,
+    *,
+    boards: BoardsConfig,
+    key_prefix: str,
+    board: str,
+    timeout: float = 60.0,
+) -> int | None:
+    """Publish the board's state and its marker, then flag it. None if another worker holds it."""
+    keys = BoardKeys(key_prefix, board)
+    if client.exists(keys.hot_ready):
+        return 0
+    if not client.set(keys.hot_lock, "1", nx=True, px=LOCK_MS):
+        return None
+    try:
+        seq0 = int(client.get(keys.seq) or 0)
+        published = 0
+        for instance in _instances(client, keys, boards.hot_windows(board), boards, board.split(":", 1)[0]):
+            cursor = 0
+            while True:
+                cursor, page = client.hscan(keys.state(instance), cursor, count=SCAN_COUNT)
+                rows = cast(dict[bytes, bytes], page)  # a client without decode_responses
+                members = list(rows)
+                metas = client.hmget(keys.meta, members) if members else []
+                for member_raw, meta in zip(members, metas, strict=True):
+                    state = parse_state(rows[member_raw])
+                    if state is None:
+                        continue
+                    member = member_raw.decode() if isinstance(member_raw, bytes) else str(member_raw)
+                    meta_bytes = meta.encode() if isinstance(meta, str) else meta
+                    record = state_record(
+                        board,
+                        instance,
+                        member,
+                        score=state.score,
+                        tie_ms=state.tie_ms,
+                        seq=seq0,
+                        meta=meta_bytes,
+                    )
+                    publisher.produce(board, *record)
+                    published += 1
+                if cursor == 0:
+                    break
+        publisher.produce(board, *marker_record(board, seq0))
+        publisher.flush(timeout)
+        client.set(keys.hot_ready, str(seq0))
+        _log.info("hot board backfilled", extra={"board": board, "records": published, "seq": seq0})
+        return published
+    finally:
+        client.delete(keys.hot_lock)
+
+
+def backfill_all(
+    client: redis.Redis, publisher: CachePublisher, boards: BoardsConfig, key_prefix: str
+) -> None:
+    for hot in boards.hot:
+        backfill_board(client, publisher, boards=boards, key_prefix=key_prefix, board=hot.board)

@@ -1,0 +1,104 @@
+"""Publishes hot boards' absolute member states to the compacted update_cache topic.
+
+After each applied batch: one record per touched (hot window instance, member) with its state
+after the batch, and, once the board is backfilled, one marker with the board's seq. `flush()`
+raises unless every record was acknowledged, so offsets are never committed past a change
+that API nodes could miss."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+import redis
+from confluent_kafka import KafkaError, Message, Producer
+
+from common.boards import BoardsConfig
+from common.cache_records import deleted_record, marker_record, partition_for, state_record
+from common.errors import InfrastructureError
+from common.keys import TOTAL_INSTANCE, BoardKeys
+from worker.apply import MemberState, Outcome, Status
+
+_log = logging.getLogger(__name__)
+
+
+def instance_window(instance: str) -> str:
+    return TOTAL_INSTANCE if instance == TOTAL_INSTANCE else instance.split(":", 1)[0]
+
+
+class CachePublisher:
+    def __init__(
+        self,
+        producer: Producer,
+        topic: str,
+        *,
+        partitions: int,
+        boards: BoardsConfig,
+        client: redis.Redis,
+        key_prefix: str,
+    ) -> None:
+        self._producer = producer
+        self._topic = topic
+        self._partitions = partitions
+        self._boards = boards
+        self._client = client
+        self._prefix = key_prefix
+        self._backfilled: set[str] = set()
+        self._failed: list[str] = []
+        self._pending = 0
+        self.published = 0
+
+    def _delivered(self, err: KafkaError | None, msg: Message) -> None:
+        self._pending -= 1
+        if err is not None:
+            self._failed.append(err.str())
+
+    def produce(self, board: str, key: bytes, value: bytes) -> None:
+        self._pending += 1
+        self.published += 1
+        self._producer.produce(
+            self._topic,
+            value=value,
+            key=key,
+            partition=partition_for(board, self._partitions),
+            on_delivery=self._delivered,
+        )
+
+    def backfilled(self, board: str) -> bool:
+        """Markers promise completeness, so none goes out before the board's backfill is done."""
+        if board not in self._backfilled and self._client.exists(BoardKeys(self._prefix, board).hot_ready):
+            self._backfilled.add(board)
+        return board in self._backfilled
+
+    def publish(self, outcomes: Sequence[Outcome]) -> None:
+        """Queue the records of one applied batch (duplicates re-publish the current state)."""
+        latest: dict[tuple[str, str, str], tuple[MemberState | None, int, bytes | None]] = {}
+        seqs: dict[str, int] = {}
+        for outcome in outcomes:
+            board = outcome.event.board
+            hot = self._boards.hot_windows(board)
+            if not hot or outcome.status is Status.OUT_OF_RANGE:
+                continue
+            seqs[board] = max(seqs.get(board, 0), outcome.seq)
+            for instance, state in outcome.states.items():
+                if instance_window(instance) in hot:
+                    latest[(board, instance, outcome.event.member)] = (state, outcome.seq, outcome.meta)
+        for (board, instance, member), (state, seq, meta) in latest.items():
+            if state is None:
+                key, value = deleted_record(board, instance, member, seq)
+            else:
+                key, value = state_record(
+                    board, instance, member, score=state.score, tie_ms=state.tie_ms, seq=seq, meta=meta
+                )
+            self.produce(board, key, value)
+        for board, seq in seqs.items():
+            if self.backfilled(board):
+                self.produce(board, *marker_record(board, seq))
+        self._producer.poll(0)
+
+    def flush(self, timeout: float) -> None:
+        if self._pending:
+            self._producer.flush(timeout)
+        failed, self._failed = self._failed, []
+        if failed or self._pending:
+            raise InfrastructureError(f"update_cache: {len(failed)} failed, {self._pending} unacknowledged")
