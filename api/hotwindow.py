@@ -84,6 +84,19 @@ class HotWindow:
         seq: int = _U64.unpack_from(key, len(key) - 8)[0]
         return seq
 
+    def items(self) -> dict[str, tuple[float, int, int]]:
+        """member -> (score, tie ms, seq): the whole window, for inspection and tests."""
+        out = {}
+        for member, key in self._keys.items():
+            body = key[8:-9]
+            encoded = body.translate(_INVERT) if self._desc else body
+            tie = 0
+            if self._tie_len:
+                raw = _U64.unpack(b"\0\0" + encoded[:6])[0]
+                tie = _TIE_MAX - raw if self._mode is TieMode.INV else raw
+            out[member] = (_unsortable(key, self._desc), tie, self._seq(key))
+        return out
+
     def __len__(self) -> int:
         return len(self._keys)
 

@@ -1,0 +1,329 @@
+"""Hot boards on real Kafka and Redis: a node started mid-load is complete the moment it reports
+ready, then converges to Redis exactly; a worker dying between Redis and update_cache does not
+stop convergence; a board made hot after it holds data comes up complete, and the node stays
+503 (with progress) until it is."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+import redis
+import redis.asyncio as aioredis
+from aiohttp.test_utils import TestClient, TestServer
+
+from api.app import create_app
+from api.hotboards import HotBoard
+from api.state import APP_STATE
+from common.boards import load_boards
+from common.keys import BoardKeys
+from common.ranking import TIE_WIDTH
+from common.settings import Settings
+from rankstream.topics import ensure_topics
+from tests.helpers import applied_so_far, produce, running_worker, wait_for
+from tests.oracle import ORACLE_BOARDS, Message, Model, generate, now_ms
+from worker.consumer import WorkerLoop
+from worker.main import build_loop
+from worker.metrics import WorkerMetrics
+
+pytestmark = pytest.mark.integration
+HOT = {"gift:r0": ("total", "day"), "score:s0": ("total",)}
+HOT_YAML = "hot:\n" + "".join(f'  - {{board: "{b}", windows: [{", ".join(w)}]}}\n' for b, w in HOT.items())
+History = dict[tuple[str, str, str], list[tuple[int, tuple[float, int] | None]]]
+
+
+def write_config(tmp_path: Path, hot: bool) -> Path:
+    path = tmp_path / ("hot.yaml" if hot else "cold.yaml")
+    path.write_text(ORACLE_BOARDS + (HOT_YAML if hot else ""))
+    return path
+
+
+def model_with_history(messages: list[Message], start: int) -> tuple[Model, History]:
+    """The oracle model, plus every state each hot (board, instance, member) went through, by seq."""
+    model = Model(now_ms=start)
+    history: History = {}
+    for msg in messages:
+        for reason, index in msg.bad:
+            model.dlq.append((reason, msg.value, index))
+        for event, index in msg.valid:
+            board = event["board"]
+            before = model.seq.get(board, 0)
+            model.apply(event, msg.value, index)
+            seq = model.seq.get(board, 0)
+            if board in HOT and seq != before:
+                for inst, members in model.state.get(board, {}).items():
+                    if inst.split(":")[0] in HOT[board]:
+                        history.setdefault((board, inst, event["member"]), []).append(
+                            (seq, members.get(event["member"]))
+                        )
+    return model, history
+
+
+def state_at(history: History, key: tuple[str, str, str], seq: int) -> tuple[float, int] | None:
+    found: tuple[float, int] | None = None
+    for at, state in history.get(key, []):
+        if at > seq:
+            break
+        found = state
+    return found
+
+
+def memory_snapshot(hot: HotBoard) -> dict[str, dict[str, tuple[float, int, int]]]:
+    return {inst: window.items() for inst, window in hot.instances.items()}
+
+
+def assert_memory_equals_redis(client: redis.Redis, prefix: str, hot: HotBoard) -> int:
+    """Member by member (score and tie time) and in order, every hot window instance."""
+    keys = BoardKeys(prefix, hot.board)
+    compared = 0
+    redis_instances = set()
+    for window in HOT[hot.board]:
+        pattern = keys.state("total") if window == "total" else keys.state_pattern(window)
+        for raw in client.scan_iter(match=pattern):
+            redis_instances.add(raw.decode()[len(keys.state("")) :])
+    memory_instances = {i for i, w in hot.instances.items() if len(w)}
+    assert memory_instances == redis_instances, hot.board
+    for inst in redis_instances:
+        raw_states = cast(dict[bytes, bytes], client.hgetall(keys.state(inst)))
+        stored = {
+            m.decode(): (float(v.decode().split("|")[0]), int(v.decode().split("|")[1]))
+            for m, v in raw_states.items()
+        }
+        in_memory = {m: (score, tie) for m, (score, tie, _) in hot.instances[inst].items().items()}
+        assert in_memory == stored, (hot.board, inst)
+        rows = cast(
+            list[bytes],
+            client.zrevrange(keys.rank(inst), 0, -1) if hot.desc else client.zrange(keys.rank(inst), 0, -1),
+        )
+        strip = 0 if hot.mode.value == "none" else TIE_WIDTH
+        order = [r.decode()[strip:] for r in rows]
+        assert [m for m, _ in hot.instances[inst].page(0, len(order), reverse=False)] == order
+        compared += len(stored)
+    return compared
+
+
+def redis_seq(client: redis.Redis, settings: Settings, board: str) -> int:
+    return int(client.get(BoardKeys(settings.key_prefix, board).seq) or 0)
+
+
+class NodeRunner:
+    """An API node (the real app) on its own event loop in a thread, inspectable from the test."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.app: Any = None
+        self.loop = asyncio.new_event_loop()
+        self.client: TestClient[Any, Any] | None = None
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+
+    def __enter__(self) -> NodeRunner:
+        self._thread.start()
+
+        async def start() -> None:
+            client = aioredis.Redis.from_url(self.settings.redis_url.get_secret_value())
+            self.app = create_app(self.settings, load_boards(self.settings.boards), client)
+            self.client = TestClient(TestServer(self.app))
+            await self.client.start_server()
+
+        asyncio.run_coroutine_threadsafe(start(), self.loop).result(30)
+        return self
+
+    def call(self, fn: Any) -> Any:
+        """Run `fn(app)` on the node's loop: nothing is applied to memory while it runs."""
+
+        async def run() -> Any:
+            return fn(self.app)
+
+        return asyncio.run_coroutine_threadsafe(run(), self.loop).result(30)
+
+    def get(self, path: str) -> tuple[int, Any]:
+        async def run() -> tuple[int, Any]:
+            assert self.client is not None
+            resp = await self.client.get(path)
+            return resp.status, await resp.json()
+
+        return asyncio.run_coroutine_threadsafe(run(), self.loop).result(30)
+
+    def __exit__(self, *exc: object) -> None:
+        async def stop() -> None:
+            assert self.client is not None
+            await self.client.close()
+
+        asyncio.run_coroutine_threadsafe(stop(), self.loop).result(60)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(10)
+
+
+def hot_settings(make_settings, tmp_path: Path, hot: bool = True) -> Settings:
+    settings: Settings = make_settings(boards=write_config(tmp_path, hot))
+    ensure_topics(settings)
+    return settings
+
+
+def test_node_started_mid_load_is_complete_when_ready_then_converges(make_settings, tmp_path, rclient):
+    settings = hot_settings(make_settings, tmp_path)
+    start = now_ms()
+    messages = list(generate(seed=31, total=40_000, now_ms=start))
+    model, history = model_with_history(messages, start)
+    head, tail = messages[:16_000], messages[16_000:]
+    produce(settings, head)
+
+    def paced() -> None:  # the rest arrives over ~6 s while the node starts
+        for i in range(0, len(tail), 1000):
+            produce(settings, tail[i : i + 1000])
+            time.sleep(0.25)
+
+    with running_worker(settings):
+        wait_for(lambda: applied_so_far(rclient, settings) > 10_000, 60, "the first part applied")
+        loader = threading.Thread(target=paced)
+        loader.start()
+        with NodeRunner(settings) as node:
+            status, body = node.get("/readyz")
+            wait_for(lambda: node.get("/readyz")[0] == 200, 60, "the node ready")
+            # the moment it is ready: every state in memory is a real state of that member at the
+            # seq it carries, and nothing Redis had when the node started is missing
+            snapshot = node.call(
+                lambda app: {
+                    board: (hot.target, hot.seq, memory_snapshot(hot))
+                    for board, hot in app[APP_STATE].hot.boards.items()
+                }
+            )
+            checked = 0
+            for board, (target, seq, instances) in snapshot.items():
+                assert seq >= target, (board, target, seq)
+                for inst, members in instances.items():
+                    for member, (score, tie, member_seq) in members.items():
+                        assert member_seq <= seq
+                        assert state_at(history, (board, inst, member), member_seq) == (score, tie)
+                        checked += 1
+                for hboard, inst, member in history:
+                    if hboard == board and state_at(history, (board, inst, member), target) is not None:
+                        in_memory = instances.get(inst, {}).get(member)
+                        deleted_later = state_at(history, (board, inst, member), seq) is None
+                        assert in_memory is not None or deleted_later, (board, inst, member)
+            assert checked > 100
+            assert any(target > 0 for target, _, _ in snapshot.values())  # it did start mid-load
+            loader.join(60)
+            total = sum(model.seq.values())
+            wait_for(lambda: applied_so_far(rclient, settings) >= total, 120, "all applied")
+
+            def converged() -> bool:
+                seqs = node.call(lambda app: {b: h.seq for b, h in app[APP_STATE].hot.boards.items()})
+                return all(
+                    int(rclient.get(BoardKeys(settings.key_prefix, b).seq) or 0) == s for b, s in seqs.items()
+                )
+
+            wait_for(converged, 30, "memory caught up with Redis")
+            compared = node.call(
+                lambda app: sum(
+                    assert_memory_equals_redis(rclient, settings.key_prefix, hot)
+                    for hot in app[APP_STATE].hot.boards.values()
+                )
+            )
+            assert compared > 100
+            status, body = node.get("/v1/boards/gift:r0/top?limit=3&window=day")
+            assert status == 200 and body["source"] == "memory"
+            status, body = node.get("/v1/boards/gift:r0/top?limit=3&window=hour")
+            assert status == 200 and body["source"] == "redis"  # hour is not a hot window
+
+
+class Crash(BaseException):
+    """Stands for kill -9: raised after Redis applied the batch, before update_cache has it."""
+
+
+def test_worker_dying_between_redis_and_publish_still_converges(make_settings, tmp_path, rclient):
+    settings = hot_settings(make_settings, tmp_path)
+    start = now_ms()
+    messages = list(generate(seed=32, total=8_000, now_ms=start))
+    model, _ = model_with_history(messages, start)
+    produce(settings, messages)
+    loop, client = build_loop(settings, WorkerMetrics())
+    publisher = loop._publisher
+    assert publisher is not None
+    real_publish = publisher.publish
+    calls = {"n": 0}
+
+    def publish_then_die(outcomes: Any) -> None:
+        calls["n"] += 1
+        if calls["n"] == 3:  # Redis has this batch; update_cache and the commit never will
+            raise Crash
+        real_publish(outcomes)
+
+    publisher.publish = publish_then_die  # type: ignore[method-assign]
+    crashed: list[BaseException] = []
+
+    def run(worker: WorkerLoop) -> None:
+        try:
+            worker.run()
+        except Crash as exc:
+            crashed.append(exc)
+
+    thread = threading.Thread(target=run, args=(loop,))
+    thread.start()
+    thread.join(60)
+    assert crashed, "the worker did not reach the crash point"
+    loop._consumer.close()
+    client.close()
+    applied_before_restart = applied_so_far(rclient, settings)
+    with running_worker(settings), NodeRunner(settings) as node:
+        wait_for(lambda: node.get("/readyz")[0] == 200, 60, "the node ready")
+        wait_for(lambda: applied_so_far(rclient, settings) >= sum(model.seq.values()), 120, "all applied")
+
+        def converged() -> bool:
+            seqs = node.call(lambda app: {b: h.seq for b, h in app[APP_STATE].hot.boards.items()})
+            return all(
+                int(rclient.get(BoardKeys(settings.key_prefix, b).seq) or 0) == s for b, s in seqs.items()
+            )
+
+        wait_for(converged, 30, "memory caught up with Redis")
+        node.call(
+            lambda app: [
+                assert_memory_equals_redis(rclient, settings.key_prefix, hot)
+                for hot in app[APP_STATE].hot.boards.values()
+            ]
+        )
+    assert applied_before_restart > 0
+
+
+def test_board_made_hot_after_it_has_data_comes_up_complete(make_settings, tmp_path, rclient):
+    cold = hot_settings(make_settings, tmp_path, hot=False)
+    start = now_ms()
+    messages = list(generate(seed=33, total=6_000, now_ms=start))
+    model, _ = model_with_history(messages, start)
+    produce(cold, messages[:4000])
+    with running_worker(cold):  # the board fills while nobody thinks it hot
+        part = sum(model_with_history(messages[:4000], start)[0].seq.values())
+        wait_for(lambda: applied_so_far(rclient, cold) >= part, 60, "the first part applied")
+    hot = cold.model_copy(update={"boards": write_config(tmp_path, hot=True)})
+    with NodeRunner(hot) as node:
+        # made hot, not backfilled yet: the node must not claim it has the board
+        time.sleep(2)
+        status, body = node.get("/readyz")
+        assert status == 503 and body["ok"] is False
+        progress = body["boards"]["gift:r0"]
+        assert progress["target_seq"] > 0 and progress["ready"] is False and "records_replayed" in progress
+        status, body = node.get("/v1/boards/gift:r0/top")
+        assert status == 503 and body["error"]["code"] == "warming_up"
+        produce(hot, messages[4000:])
+        with running_worker(hot):  # a worker with the new config backfills at start
+            wait_for(lambda: node.get("/readyz")[0] == 200, 60, "the node ready after the backfill")
+            wait_for(lambda: applied_so_far(rclient, hot) >= sum(model.seq.values()), 120, "all applied")
+
+            def converged() -> bool:
+                seqs = node.call(lambda app: {b: h.seq for b, h in app[APP_STATE].hot.boards.items()})
+                return all(
+                    int(rclient.get(BoardKeys(hot.key_prefix, b).seq) or 0) == s for b, s in seqs.items()
+                )
+
+            wait_for(converged, 30, "memory caught up with Redis")
+            compared = node.call(
+                lambda app: sum(
+                    assert_memory_equals_redis(rclient, hot.key_prefix, h)
+                    for h in app[APP_STATE].hot.boards.values()
+                )
+            )
+            assert compared > 20
