@@ -64,6 +64,19 @@ def _demo(args: argparse.Namespace, settings: Settings) -> int:
     return run_demo_producer(settings, events_per_s=args.rate, duration_s=args.duration)
 
 
+def _backfill(args: argparse.Namespace, settings: Settings) -> int:
+    from common.boards import load_boards
+    from common.clients import kafka_producer, redis_client
+    from worker.main import cache_publisher
+
+    boards = load_boards(settings.boards)
+    producer = kafka_producer(settings, {"enable.idempotence": True, "acks": "all"})
+    publisher = cache_publisher(settings, boards, producer, redis_client(settings))
+    print(f"hot boards backfilled: {', '.join(h.board for h in boards.hot) or 'none configured'} "
+          f"({publisher.published} records)")  # fmt: skip
+    return 0
+
+
 def _api_url(args: argparse.Namespace, settings: Settings) -> str:
     return str(args.api or f"http://127.0.0.1:{settings.api_port}")
 
@@ -90,6 +103,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("worker", help="consume update_rank and apply it to Redis").set_defaults(func=_worker)
     sub.add_parser("api", help="serve the HTTP API").set_defaults(func=_api)
     sub.add_parser("topics", help="create the Kafka topics if missing").set_defaults(func=_topics)
+    sub.add_parser(
+        "backfill", help="publish hot boards' current state to update_cache (workers also do it at start)"
+    ).set_defaults(func=_backfill)
 
     stack = sub.add_parser("stack", help="local Kafka + Redis without Docker (prepare | up | down | status)")
     stack.add_argument("action", choices=["prepare", "up", "down", "status"])
