@@ -178,7 +178,8 @@ def test_node_started_mid_load_is_complete_when_ready_then_converges(make_settin
             time.sleep(0.25)
 
     with running_worker(settings):
-        wait_for(lambda: applied_so_far(rclient, settings) > 10_000, 60, "the first part applied")
+        # the node starts mid-load, once each hot board holds a real amount of data
+        wait_for(lambda: all(redis_seq(rclient, settings, b) >= 200 for b in HOT), 60, "hot boards filled")
         loader = threading.Thread(target=paced)
         loader.start()
         with NodeRunner(settings) as node:
