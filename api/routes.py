@@ -46,13 +46,20 @@ async def top(request: web.Request) -> web.Response:
     state = request.app[APP_STATE]
     if reader.source == "redis" and request.query.get("nocache") != "1":
         key = (where.board, where.instance, where.reverse, where.ties, offset, limit)
-        (page, ranks), hit = await state.top_cache.get(
-            key, lambda: queries.ranked_page(reader, where, offset, limit)
-        )
+
+        async def load() -> tuple[dict[str, Any], bytes]:
+            page, ranks = await queries.ranked_page(reader, where, offset, limit)
+            answer = queries.top_answer(where, page, ranks, reader.source)
+            return answer, orjson.dumps(answer)  # a hit serves these bytes as they are
+
+        (answer, raw), hit = await state.top_cache.get(key, load)
         state.metrics.cache.labels("hit" if hit else "miss").inc()
+        if me is None:
+            return web.Response(body=raw, content_type="application/json")
+        body = dict(answer)
     else:
         page, ranks = await queries.ranked_page(reader, where, offset, limit)
-    body = queries.top_answer(where, page, ranks, reader.source)
+        body = queries.top_answer(where, page, ranks, reader.source)
     if me is not None:
         body["me"] = await queries.me_item(reader, where, me)
     return json(body)
