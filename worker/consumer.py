@@ -1,6 +1,10 @@
-"""The worker loop: consume a batch, validate, apply in Redis, dead-letter the bad, and only
-then commit. A Redis or Kafka failure rewinds the batch (seek back) and backs off: nothing is
-committed that was not applied, and the re-application is a no-op thanks to the dedupe record."""
+"""The worker loop: consume a batch, validate, apply in Redis, dead-letter the bad, publish hot
+boards, and only then commit. A Redis or Kafka failure rewinds the batch (seek back) and backs
+off: nothing is committed that was not applied, and re-applying is a no-op (dedupe records).
+
+Two stages overlap: while one thread applies batch N (Redis, then the producer's flushes), the
+loop consumes and parses batch N+1; N is committed once it is fully done, before N+1 is handed
+over. A failed N rewinds N and N+1 alike, and a revoke waits for N before it commits."""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import redis
@@ -30,6 +35,16 @@ MAX_BACKOFF_S = 5.0
 class _Origin:
     msg: MessageLike
     index: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """A parsed batch, ready to apply."""
+
+    messages: Sequence[MessageLike]
+    pairs: list[tuple[UpdateEvent, int]]
+    origins: dict[int, _Origin]
+    rejections: list[tuple[MessageLike, BadEvent]]
 
 
 def effective_ts(event: UpdateEvent, msg: MessageLike) -> int:
@@ -63,6 +78,11 @@ class WorkerLoop:
         self._batch_timeout_s = batch_timeout_s
         self._stop = threading.Event()
         self._uncommitted: dict[tuple[str, int], int] = {}
+        self._inflight: tuple[Prepared, Future[None]] | None = None
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="apply")
+        # a failed batch, and everything fetched after it, rewound together: one seek per
+        # partition to the *earliest* offset, so a later batch can't move the position past it
+        self._to_rewind: list[MessageLike] = []
         self.last_loop = time.monotonic()  # liveness: the loop is turning
         self.assigned = 0
 
@@ -76,6 +96,7 @@ class WorkerLoop:
 
     def on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self.assigned -= len(partitions)
+        self._settle()  # a failure is left in _to_rewind for the loop
         revoked = {(p.topic, p.partition) for p in partitions}
         self._commit(only=revoked)
         _log.info("partitions revoked", extra={"partitions": [p.partition for p in partitions]})
@@ -83,26 +104,45 @@ class WorkerLoop:
     # --- the loop -----------------------------------------------------------------------------
     def run(self) -> None:
         backoff = 0.1
-        while not self._stop.is_set():
-            self.last_loop = time.monotonic()
-            batch = self._consumer.consume(self._batch_size, self._batch_timeout_s)
-            messages = [m for m in batch if not self._is_error(m)]
-            if not messages:
-                continue
-            try:
-                self.process(messages)
-                backoff = 0.1
-            except (InfrastructureError, redis.RedisError, KafkaException) as exc:
-                self.metrics.retries.inc()
-                _log.warning("batch failed, rewinding", extra={"error": str(exc), "backoff_s": backoff})
-                self._rewind(messages)
+        try:
+            while not self._stop.is_set():
+                self.last_loop = time.monotonic()
+                batch = self._consumer.consume(self._batch_size, self._batch_timeout_s)
+                messages = [m for m in batch if not self._is_error(m)]
+                prepared = self.prepare(messages) if messages else None  # overlaps the apply in flight
+                self._settle()
+                if not self._to_rewind:
+                    if prepared is not None:
+                        self._inflight = (prepared, self._executor.submit(self.execute, prepared))
+                        backoff = 0.1
+                    continue
+                # the batch in flight failed: it and everything fetched after it go back together
+                self._rewind([*self._to_rewind, *messages])
+                self._to_rewind = []
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, MAX_BACKOFF_S)
-                continue
-            for msg in messages:
-                key = (msg.topic() or "", msg.partition() or 0)
-                self._uncommitted[key] = max(self._uncommitted.get(key, -1), (msg.offset() or 0) + 1)
-            self._commit()
+            self._settle()
+        finally:
+            self._executor.shutdown(wait=True)
+
+    def _settle(self) -> bool:
+        """Wait for the batch in flight; commit it, or queue it for rewinding (False)."""
+        if self._inflight is None:
+            return True
+        prepared, future = self._inflight
+        self._inflight = None
+        try:
+            future.result()
+        except (InfrastructureError, redis.RedisError, KafkaException) as exc:
+            self.metrics.retries.inc()
+            _log.warning("batch failed, rewinding", extra={"error": str(exc)})
+            self._to_rewind.extend(prepared.messages)
+            return False
+        for msg in prepared.messages:
+            key = (msg.topic() or "", msg.partition() or 0)
+            self._uncommitted[key] = max(self._uncommitted.get(key, -1), (msg.offset() or 0) + 1)
+        self._commit()
+        return True
 
     def _is_error(self, msg: MessageLike) -> bool:
         err = msg.error()
@@ -116,28 +156,39 @@ class WorkerLoop:
         return True
 
     def process(self, messages: Sequence[MessageLike]) -> None:
-        """Apply one batch; raises (without committing anything) on infrastructure failure."""
+        """Apply one batch at once (no overlap); raises on infrastructure failure."""
+        self.execute(self.prepare(messages))
+
+    def prepare(self, messages: Sequence[MessageLike]) -> Prepared:
+        """Parse and validate (the loop's thread, overlapping the previous batch's apply)."""
         self.metrics.consumed.inc(len(messages))
         self.metrics.batch_size.observe(len(messages))
         pairs: list[tuple[UpdateEvent, int]] = []
         origins: dict[int, _Origin] = {}
+        rejections: list[tuple[MessageLike, BadEvent]] = []
         for msg in messages:
             result = parse_message(msg.value(), self._boards)
-            for bad in result.rejections:
-                self._dead_letter(msg, bad)
+            rejections += [(msg, bad) for bad in result.rejections]
             for event, index in zip(result.events, result.indexes, strict=True):
                 pairs.append((event, effective_ts(event, msg)))
                 origins[id(event)] = _Origin(msg, index)
-        if pairs:
+        return Prepared(messages, pairs, origins, rejections)
+
+    def execute(self, prepared: Prepared) -> None:
+        """Apply, dead-letter, publish, and wait for every acknowledgement (the apply thread:
+        all producer calls happen here, so delivery callbacks never race the loop)."""
+        for msg, bad in prepared.rejections:
+            self._dead_letter(msg, bad)
+        if prepared.pairs:
             started = time.perf_counter()
-            outcomes = self._applier.apply(pairs)
+            outcomes = self._applier.apply(prepared.pairs)
             self.metrics.apply_seconds.observe(time.perf_counter() - started)
             tally = {Status.APPLIED: 0, Status.DUPLICATE: 0}
             late = 0
             for outcome in outcomes:
                 late += outcome.late_windows
                 if outcome.status is Status.OUT_OF_RANGE:
-                    origin = origins[id(outcome.event)]
+                    origin = prepared.origins[id(outcome.event)]
                     bad = BadEvent(
                         "score_out_of_range", "the resulting score leaves the exact range ±(2^53-1)"
                     )
@@ -185,5 +236,6 @@ class WorkerLoop:
             self._uncommitted.pop(key, None)
 
     def close(self) -> None:
+        self._settle()
         self._commit()
         self._consumer.close()
