@@ -54,15 +54,18 @@ class CachePublisher:
             self._failed.append(err.str())
 
     def produce(self, board: str, key: bytes, value: bytes) -> None:
+        partition = partition_for(board, self._partitions)
+        while True:
+            try:
+                self._producer.produce(
+                    self._topic, value=value, key=key, partition=partition, on_delivery=self._delivered
+                )
+                break
+            except BufferError:
+                # the local queue is full (a backfill of a big board): let deliveries drain it
+                self._producer.poll(0.1)
         self._pending += 1
         self.published += 1
-        self._producer.produce(
-            self._topic,
-            value=value,
-            key=key,
-            partition=partition_for(board, self._partitions),
-            on_delivery=self._delivered,
-        )
 
     def backfilled(self, board: str) -> bool:
         """Markers promise completeness, so none goes out before the board's backfill is done."""
