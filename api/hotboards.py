@@ -24,7 +24,9 @@ from confluent_kafka import Consumer, TopicPartition
 from api.hotwindow import HotWindow
 from common.boards import BoardsConfig, Order, WindowKind
 from common.cache_records import Kind, Record, decode, partition_for
+from common.clients import kafka_consumer
 from common.errors import InfrastructureError
+from common.kafka_types import consume_available
 from common.keys import TOTAL_INSTANCE, BoardKeys
 from common.periods import expire_at_ms, parse_period
 from common.ranking import tie_mode
@@ -47,6 +49,7 @@ class HotBoard:
     target: int = 0  # Redis' seq when replay started
     replayed: int = 0
     ready: bool = False
+    version: int = 0  # bumped by every change to memory (an older record can change it too)
 
     def window(self, instance: str) -> HotWindow:
         found = self.instances.get(instance)
@@ -65,8 +68,10 @@ class HotBoard:
         window = self.window(record.instance)
         if record.kind is Kind.DELETED:
             if window.delete(record.member, record.seq):
+                self.version += 1
                 self.meta.pop(record.member, None)
         elif window.put(record.member, record.score, record.tie_ms, record.seq):
+            self.version += 1
             if record.meta:
                 self.meta[record.member] = record.meta
             else:
@@ -101,6 +106,8 @@ class HotBoards:
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self.error: str | None = None
+        if self.boards:
+            self._consumer().close()  # a bad RANKSTREAM_KAFKA_* setting stops the node now, in one line
 
     def hot_window(self, board: str, window: str) -> HotBoard | None:
         hot = self.boards.get(board)
@@ -120,7 +127,8 @@ class HotBoards:
             self._thread.join(10)
 
     def _consumer(self) -> Consumer:
-        conf = self._settings.librdkafka(
+        return kafka_consumer(
+            self._settings,
             {
                 "group.id": f"rankstream-api-{uuid.uuid4().hex[:8]}",  # never joins or commits
                 "enable.auto.commit": False,
@@ -128,7 +136,6 @@ class HotBoards:
             },
             defaults={"fetch.max.bytes": 52_428_800, "max.partition.fetch.bytes": 10_485_760},
         )
-        return Consumer(conf)
 
     def _targets(self) -> None:
         client = redis.Redis.from_url(self._settings.redis_url.get_secret_value(), socket_timeout=5)
@@ -167,11 +174,11 @@ class HotBoards:
             consumer.assign([TopicPartition(topic, p, -2) for p in wanted])  # -2: the beginning
             _log.info("hot-board replay started", extra={"boards": list(self.boards), "partitions": wanted})
             while not self._stop.is_set() and not self.ready:
-                self._apply_batch(consumer.consume(BATCH, 0.2))
+                self._apply_batch(consume_available(consumer, BATCH, 0.05))
                 if self._caught_up(consumer, topic, ends):
                     self._finish()
             while not self._stop.is_set():
-                records = self._decode(consumer.consume(BATCH, 0.1))
+                records = self._decode(consume_available(consumer, BATCH, 0.1))
                 if records and self._loop is not None:
                     self._loop.call_soon_threadsafe(self._apply_live, records)
         finally:

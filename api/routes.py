@@ -54,12 +54,23 @@ async def top(request: web.Request) -> web.Response:
 
         (answer, raw), hit = await state.top_cache.get(key, load)
         state.metrics.cache.labels("hit" if hit else "miss").inc()
-        if me is None:
-            return web.Response(body=raw, content_type="application/json")
-        body = dict(answer)
+    elif reader.source == "memory":
+        # keyed by the board's version: any change makes a new key, so a page is never stale
+        hot = state.hot.boards[where.board]
+        hot_key = (where.board, where.instance, where.reverse, where.ties, offset, limit, hot.version)
+        cached = state.hot_pages.get(hot_key)
+        if cached is None:
+            page, ranks = await queries.ranked_page(reader, where, offset, limit)
+            answer = queries.top_answer(where, page, ranks, reader.source)
+            cached = state.hot_pages[hot_key] = (answer, orjson.dumps(answer))
+        answer, raw = cached
     else:
         page, ranks = await queries.ranked_page(reader, where, offset, limit)
-        body = queries.top_answer(where, page, ranks, reader.source)
+        answer = queries.top_answer(where, page, ranks, reader.source)
+        raw = b""
+    if me is None and raw:
+        return web.Response(body=raw, content_type="application/json")
+    body = dict(answer)
     if me is not None:
         body["me"] = await queries.me_item(reader, where, me)
     return json(body)

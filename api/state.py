@@ -7,6 +7,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 from aiohttp import web
+from cachetools import LRUCache
 
 from api.cache import SingleFlightCache
 from api.hotboards import HotBoards
@@ -22,6 +23,8 @@ class ApiState:
     top_cache: SingleFlightCache[Any]
     hot: HotBoards
     metrics: ApiMetrics = field(default_factory=ApiMetrics)
+    # serialised top pages of hot boards by (board, instance, view, page, seq): never stale
+    hot_pages: LRUCache[Any, tuple[dict[str, Any], bytes]] = field(default_factory=lambda: LRUCache(4096))
 
 
 APP_STATE: web.AppKey[ApiState] = web.AppKey("rankstream_state", ApiState)

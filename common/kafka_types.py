@@ -14,3 +14,13 @@ class MessageLike(Protocol):
     def value(self) -> bytes | None: ...
     def timestamp(self) -> tuple[int, int]: ...
     def error(self) -> Any: ...
+
+
+def consume_available(consumer: Any, max_messages: int, timeout: float) -> list[Any]:
+    """Up to `max_messages`: blocks at most `timeout` for the *first* one, then takes what is
+    already fetched without waiting. `consume(n, timeout)` would wait the whole timeout unless n
+    messages arrive, which at moderate rates adds the timeout to every event's latency."""
+    first = consumer.poll(timeout)
+    if first is None:
+        return []
+    return [first, *consumer.consume(max_messages - 1, 0)] if max_messages > 1 else [first]

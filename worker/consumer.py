@@ -21,7 +21,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from common.boards import BoardsConfig
 from common.errors import BadEvent, InfrastructureError
 from common.events import UpdateEvent, parse_message
-from common.kafka_types import MessageLike
+from common.kafka_types import MessageLike, consume_available
 from worker.apply import Applier, Status
 from worker.dlq import DeadLetters
 from worker.metrics import WorkerMetrics
@@ -107,7 +107,7 @@ class WorkerLoop:
         try:
             while not self._stop.is_set():
                 self.last_loop = time.monotonic()
-                batch = self._consumer.consume(self._batch_size, self._batch_timeout_s)
+                batch = consume_available(self._consumer, self._batch_size, self._batch_timeout_s)
                 messages = [m for m in batch if not self._is_error(m)]
                 prepared = self.prepare(messages) if messages else None  # overlaps the apply in flight
                 self._settle()

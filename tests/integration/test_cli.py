@@ -76,6 +76,10 @@ def test_dev_serves_a_live_top10_and_stops_without_leftovers(tmp_path):
         ({"RANKSTREAM_BOARDS": "/nonexistent/boards.yaml"}, "/nonexistent/boards.yaml"),
         ({"RANKSTREAM_BORADS": "x.yaml"}, "unknown setting RANKSTREAM_BORADS"),
         ({"RANKSTREAM_API_PORT": "http"}, "RANKSTREAM_API_PORT"),
+        (
+            {"RANKSTREAM_BOARDS": str(ROOT / "deploy" / "boards.yaml"), "RANKSTREAM_KAFKA_NO_SUCH_KEY": "1"},
+            "No such configuration property",
+        ),
     ],
 )
 def test_bad_config_exits_non_zero_with_one_readable_line(tmp_path, env, expected):
