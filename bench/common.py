@@ -35,6 +35,7 @@ class Row:
 
     metric: str
     goal: str | None = None
+    at_most: bool = False  # the goal is a ceiling (a latency, a size): met when value <= goal
 
 
 def env_int(name: str, default: int) -> int:
@@ -193,14 +194,17 @@ def scalar_rows(result: Mapping[str, Any]) -> list[Row]:
 
 
 def format_table(name: str, result: Mapping[str, Any], rows: Sequence[Row]) -> str:
-    """metric | value | goal | met, one line per row; a goal is met when value >= goal."""
+    """metric | value | goal | met, one line per row; a goal is met when value >= goal (value <=
+    goal for an `at_most` row, shown as "<= goal")."""
     goals: Mapping[str, Any] = result.get("goals", {})
     lines = [("metric", "value", "goal", "met")]
     for row in rows:
         value = lookup(result, row.metric)
         goal = goals.get(row.goal) if row.goal else None
-        met = "" if goal is None or value is None else ("yes" if value >= goal else "NO")
-        lines.append((row.metric, _fmt(value), _fmt(goal) if goal is not None else "", met))
+        ok = None if goal is None or value is None else (value <= goal if row.at_most else value >= goal)
+        met = "" if ok is None else ("yes" if ok else "NO")
+        shown = "" if goal is None else ("<= " if row.at_most else "") + _fmt(goal)
+        lines.append((row.metric, _fmt(value), shown, met))
     widths = [max(len(line[i]) for line in lines) for i in range(4)]
     out = [f"== bench {name} =="]
     for i, line in enumerate(lines):
