@@ -174,7 +174,7 @@ class HotBoards:
             consumer.assign([TopicPartition(topic, p, -2) for p in wanted])  # -2: the beginning
             _log.info("hot-board replay started", extra={"boards": list(self.boards), "partitions": wanted})
             while not self._stop.is_set() and not self.ready:
-                self._apply_batch(consume_available(consumer, BATCH, 0.05))
+                self._apply_batch(consumer.consume(BATCH, 0.05))  # replay: full batches win
                 if self._caught_up(consumer, topic, ends):
                     self._finish()
             while not self._stop.is_set():

@@ -110,6 +110,16 @@ def redis_seq(client: redis.Redis, settings: Settings, board: str) -> int:
     return int(client.get(BoardKeys(settings.key_prefix, board).seq) or 0)
 
 
+def wait_memory_caught_up(node: NodeRunner, client: redis.Redis, settings: Settings) -> None:
+    """Until every hot board in memory reflects the seq Redis has."""
+
+    def caught_up() -> bool:
+        seqs = node.call(lambda app: {b: h.seq for b, h in app[APP_STATE].hot.boards.items()})
+        return all(redis_seq(client, settings, b) == s for b, s in seqs.items())
+
+    wait_for(caught_up, 30, "memory caught up with Redis")
+
+
 class NodeRunner:
     """An API node (the real app) on its own event loop in a thread, inspectable from the test."""
 
@@ -212,13 +222,7 @@ def test_node_started_mid_load_is_complete_when_ready_then_converges(make_settin
             total = sum(model.seq.values())
             wait_for(lambda: applied_so_far(rclient, settings) >= total, 120, "all applied")
 
-            def converged() -> bool:
-                seqs = node.call(lambda app: {b: h.seq for b, h in app[APP_STATE].hot.boards.items()})
-                return all(
-                    int(rclient.get(BoardKeys(settings.key_prefix, b).seq) or 0) == s for b, s in seqs.items()
-                )
-
-            wait_for(converged, 30, "memory caught up with Redis")
+            wait_memory_caught_up(node, rclient, settings)
             compared = node.call(
                 lambda app: sum(
                     assert_memory_equals_redis(rclient, settings.key_prefix, hot)
@@ -274,13 +278,7 @@ def test_worker_dying_between_redis_and_publish_still_converges(make_settings, t
         wait_for(lambda: node.get("/readyz")[0] == 200, 60, "the node ready")
         wait_for(lambda: applied_so_far(rclient, settings) >= sum(model.seq.values()), 120, "all applied")
 
-        def converged() -> bool:
-            seqs = node.call(lambda app: {b: h.seq for b, h in app[APP_STATE].hot.boards.items()})
-            return all(
-                int(rclient.get(BoardKeys(settings.key_prefix, b).seq) or 0) == s for b, s in seqs.items()
-            )
-
-        wait_for(converged, 30, "memory caught up with Redis")
+        wait_memory_caught_up(node, rclient, settings)
         node.call(
             lambda app: [
                 assert_memory_equals_redis(rclient, settings.key_prefix, hot)
@@ -314,13 +312,7 @@ def test_board_made_hot_after_it_has_data_comes_up_complete(make_settings, tmp_p
             wait_for(lambda: node.get("/readyz")[0] == 200, 60, "the node ready after the backfill")
             wait_for(lambda: applied_so_far(rclient, hot) >= sum(model.seq.values()), 120, "all applied")
 
-            def converged() -> bool:
-                seqs = node.call(lambda app: {b: h.seq for b, h in app[APP_STATE].hot.boards.items()})
-                return all(
-                    int(rclient.get(BoardKeys(hot.key_prefix, b).seq) or 0) == s for b, s in seqs.items()
-                )
-
-            wait_for(converged, 30, "memory caught up with Redis")
+            wait_memory_caught_up(node, rclient, hot)
             compared = node.call(
                 lambda app: sum(
                     assert_memory_equals_redis(rclient, hot.key_prefix, h)
