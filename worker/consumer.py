@@ -111,6 +111,7 @@ class WorkerLoop:
                 messages = [m for m in batch if not self._is_error(m)]
                 prepared = self.prepare(messages) if messages else None  # overlaps the apply in flight
                 self._settle()
+                self._commit()  # retries a commit that failed earlier (a broker coming back), even when idle
                 if not self._to_rewind:
                     if prepared is not None:
                         self._inflight = (prepared, self._executor.submit(self.execute, prepared))
@@ -235,7 +236,13 @@ class WorkerLoop:
         for key in todo:
             self._uncommitted.pop(key, None)
 
-    def close(self) -> None:
+    def close(self, attempts: int = 10) -> None:
+        """Settle the batch in flight and commit, retrying briefly: a coordinator still loading
+        (a broker just back) refuses commits for a moment, and a clean stop should leave none."""
         self._settle()
-        self._commit()
+        for _ in range(attempts):
+            self._commit()
+            if not self._uncommitted:
+                break
+            time.sleep(0.5)
         self._consumer.close()
