@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import logging
 
-from confluent_kafka import KafkaError, Message, Producer
+from confluent_kafka import Producer
 
-from common.errors import BadEvent, InfrastructureError
+from common.errors import BadEvent
 from common.kafka_types import MessageLike
+from worker.delivery import Deliveries
 
 _log = logging.getLogger(__name__)
 
@@ -20,19 +21,11 @@ HEADER_INDEX = "rankstream.source.index"  # position in a JSON array; absent for
 
 
 class DeadLetters:
-    """Produces to the dead-letter topic; `flush()` raises unless every record was acknowledged,
-    so the caller never commits past a bad event that is not safely stored."""
+    """Produces to the dead-letter topic; `flush()` raises unless every record was acknowledged."""
 
     def __init__(self, producer: Producer, topic: str) -> None:
-        self._producer = producer
+        self._deliveries = Deliveries(producer, "dead-letter topic")
         self._topic = topic
-        self._failed: list[str] = []
-        self._pending = 0
-
-    def _delivered(self, err: KafkaError | None, msg: Message) -> None:
-        self._pending -= 1
-        if err is not None:
-            self._failed.append(err.str())
 
     def send(self, msg: MessageLike, bad: BadEvent) -> None:
         headers: list[tuple[str, str | bytes | None]] = [
@@ -44,17 +37,8 @@ class DeadLetters:
         ]
         if bad.index is not None:
             headers.append((HEADER_INDEX, str(bad.index).encode()))
-        self._pending += 1
-        self._producer.produce(
-            self._topic, value=msg.value() or b"", key=msg.key(), headers=headers, on_delivery=self._delivered
-        )
+        self._deliveries.produce(self._topic, value=msg.value() or b"", key=msg.key(), headers=headers)
         _log.info("dead-lettered", extra={"reason": bad.reason, "offset": msg.offset(), "index": bad.index})
 
     def flush(self, timeout: float) -> None:
-        self._producer.flush(timeout)
-        failed, self._failed = self._failed, []
-        if failed or self._pending:
-            # the batch is rewound and retried: a record may reach the topic twice, never zero times
-            raise InfrastructureError(
-                f"dead-letter topic: {len(failed)} failed, {self._pending} unacknowledged"
-            )
+        self._deliveries.flush(timeout)

@@ -11,13 +11,13 @@ import logging
 from collections.abc import Sequence
 
 import redis
-from confluent_kafka import KafkaError, Message, Producer
+from confluent_kafka import Producer
 
 from common.boards import BoardsConfig
 from common.cache_records import deleted_record, marker_record, partition_for, state_record
-from common.errors import InfrastructureError
 from common.keys import TOTAL_INSTANCE, BoardKeys
 from worker.apply import MemberState, Outcome, Status
+from worker.delivery import Deliveries
 
 _log = logging.getLogger(__name__)
 
@@ -37,34 +37,18 @@ class CachePublisher:
         client: redis.Redis,
         key_prefix: str,
     ) -> None:
-        self._producer = producer
         self._topic = topic
         self._partitions = partitions
         self._boards = boards
         self._client = client
         self._prefix = key_prefix
         self._backfilled: set[str] = set()
-        self._failed: list[str] = []
-        self._pending = 0
+        self._deliveries = Deliveries(producer, "update_cache")
         self.published = 0
-
-    def _delivered(self, err: KafkaError | None, msg: Message) -> None:
-        self._pending -= 1
-        if err is not None:
-            self._failed.append(err.str())
 
     def produce(self, board: str, key: bytes, value: bytes) -> None:
         partition = partition_for(board, self._partitions)
-        while True:
-            try:
-                self._producer.produce(
-                    self._topic, value=value, key=key, partition=partition, on_delivery=self._delivered
-                )
-                break
-            except BufferError:
-                # the local queue is full (a backfill of a big board): let deliveries drain it
-                self._producer.poll(0.1)
-        self._pending += 1
+        self._deliveries.produce(self._topic, value=value, key=key, partition=partition)
         self.published += 1
 
     def backfilled(self, board: str) -> bool:
@@ -97,11 +81,7 @@ class CachePublisher:
         for board, seq in seqs.items():
             if self.backfilled(board):
                 self.produce(board, *marker_record(board, seq))
-        self._producer.poll(0)
+        self._deliveries.producer.poll(0)  # serve delivery reports of earlier batches
 
     def flush(self, timeout: float) -> None:
-        if self._pending:
-            self._producer.flush(timeout)
-        failed, self._failed = self._failed, []
-        if failed or self._pending:
-            raise InfrastructureError(f"update_cache: {len(failed)} failed, {self._pending} unacknowledged")
+        self._deliveries.flush(timeout)
