@@ -91,6 +91,7 @@ def create_app(settings: Settings, boards: BoardsConfig, client: aioredis.Redis)
         key_prefix=settings.key_prefix,
         top_cache=SingleFlightCache(settings.top_cache_ttl_s),
         hot=HotBoards(settings, boards),
+        max_future_skew_s=settings.max_future_skew_s,
     )
     # outermost first: metrics see the status the error middleware turned an exception into
     app = web.Application(middlewares=[state.metrics.middleware(), error_middleware])

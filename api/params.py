@@ -11,14 +11,13 @@ from aiohttp import web
 from api.errors import ApiError
 from api.state import APP_STATE
 from common.boards import BoardType, Order, WindowKind, split_board
-from common.events import MAX_MEMBER_LEN
+from common.events import MAX_MEMBER_LEN, MIN_TS_MS, ts_ceiling
 from common.keys import TOTAL_INSTANCE, window_instance
 from common.periods import CALENDAR_KINDS, parse_period, period_at
 from common.ranking import Ties
 
 MAX_LIMIT = 500
 MAX_AROUND = 100
-MAX_TS_MS = 253_402_300_799_999
 _CONTROL = {*range(0x20), *range(0x7F, 0xA0)}
 
 
@@ -98,16 +97,22 @@ def target(request: web.Request) -> Target:
     if window.kind is WindowKind.TOTAL:
         period_label, instance = "all", TOTAL_INSTANCE
     elif window.kind in CALENDAR_KINDS:
-        tz = request.app[APP_STATE].boards.timezone
+        state = request.app[APP_STATE]
+        tz, now = state.boards.timezone, int(time.time() * 1000)
+        # the range events are accepted in: no period outside it can hold anything
+        latest = ts_ceiling(state.max_future_skew_s, now)
         if "period" in request.query:
             try:
                 period = parse_period(window.kind, request.query["period"], tz)
             except ValueError as exc:
                 raise ApiError(400, "bad_period", str(exc)) from None
+            if period.end_ms <= MIN_TS_MS or period.start_ms > latest:
+                message = (
+                    f"period {period.id!r} lies outside the accepted time range (2000-01-01 to now + skew)"
+                )
+                raise ApiError(400, "bad_period", message)
         else:
-            period = period_at(
-                window.kind, int_param(request, "at", int(time.time() * 1000), 0, MAX_TS_MS), tz
-            )
+            period = period_at(window.kind, int_param(request, "at", now, MIN_TS_MS, latest), tz)
         period_label, instance = period.id, window_instance(name, period.id)
     else:
         raise ApiError(400, "bad_window", f"rolling window {name!r} is not served yet")

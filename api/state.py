@@ -22,6 +22,7 @@ class ApiState:
     key_prefix: str
     top_cache: SingleFlightCache[Any]
     hot: HotBoards
+    max_future_skew_s: int  # bounds at= and period= like event times (CONTRACT 2)
     metrics: ApiMetrics = field(default_factory=ApiMetrics)
     # serialised top pages of hot boards by (board, instance, view, page, seq): never stale
     hot_pages: LRUCache[Any, tuple[dict[str, Any], bytes]] = field(default_factory=lambda: LRUCache(4096))

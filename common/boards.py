@@ -36,6 +36,13 @@ DEFAULT_RETENTION: Mapping[str, int] = MappingProxyType(
     {"hour": 72, "day": 31, "week": 8, "month": 12, "year": 5}
 )
 
+# At most a century of periods kept, and a late grace of at most a year: expiry and lateness
+# stay far inside the calendar's range for every accepted event time.
+MAX_RETENTION: Mapping[str, int] = MappingProxyType(
+    {"hour": 100 * 8784, "day": 100 * 366, "week": 100 * 53, "month": 100 * 12, "year": 100}
+)
+MAX_LATE_GRACE_MS = 366 * 86_400_000
+
 
 class Order(StrEnum):
     DESC = "desc"
@@ -329,7 +336,15 @@ def _build_type(name: str, model: _TypeModel, path: str) -> BoardType:
                 else f"{key!r} is not a calendar window (retention applies to hour, day, week, month, year)"
             )
             raise _InvalidConfigError(f"{path}.retention.{key}", reason)
+    for key, periods in model.retention.items():
+        if periods > MAX_RETENTION[key]:
+            raise _InvalidConfigError(
+                f"{path}.retention.{key}", f"at most {MAX_RETENTION[key]} periods (a century), got {periods}"
+            )
     retention = {key: model.retention.get(key, DEFAULT_RETENTION[key]) for key in calendar}
+    late_grace_ms = _parse_duration(model.late_grace, f"{path}.late_grace")
+    if late_grace_ms > MAX_LATE_GRACE_MS:
+        raise _InvalidConfigError(f"{path}.late_grace", f"at most 366d, got {model.late_grace!r}")
     return BoardType(
         name=name,
         order=Order(model.order),
@@ -337,7 +352,7 @@ def _build_type(name: str, model: _TypeModel, path: str) -> BoardType:
         windows=tuple(windows),
         retention=MappingProxyType(retention),
         max_members=model.max_members,
-        late_grace_ms=_parse_duration(model.late_grace, f"{path}.late_grace"),
+        late_grace_ms=late_grace_ms,
     )
 
 

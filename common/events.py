@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import time
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -26,7 +27,26 @@ MAX_META_BYTES = 1024
 # 2**53 - 1: with both operands within it, a sum within it is computed exactly and a sum
 # beyond it lands at >= 2**53, so apply.lua can refuse it instead of rounding silently
 MAX_EXACT_SCORE = 2**53 - 1
-MAX_TS_MS = 253402300799999  # 9999-12-31T23:59:59.999Z
+# The accepted event times (CONTRACT 2): from 2000-01-01T00:00Z to now plus the allowed future
+# skew. Bounding both ends keeps every period, expiry and tie computation far from the calendar's
+# limits (year 9999 overflowed the period math and killed the worker on every restart).
+MIN_TS_MS = 946_684_800_000
+
+
+def ts_ceiling(max_future_skew_s: int, now_ms: int | None = None) -> int:
+    """The latest accepted event time right now (inclusive)."""
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    return now + max_future_skew_s * 1000
+
+
+def ts_out_of_range(ts: int, max_ts_ms: int, index: int | None, source: str = "ts") -> BadEvent | None:
+    """The one check of the accepted range, for `ts` and for a Kafka timestamp standing in for it."""
+    if MIN_TS_MS <= ts <= max_ts_ms:
+        return None
+    message = (
+        f"{source} must be ms since the epoch in {MIN_TS_MS}..{max_ts_ms} (2000-01-01..now+skew), got {ts}"
+    )
+    return BadEvent(Reason.TS_OUT_OF_RANGE, message, index)
 
 
 class Reason(StrEnum):
@@ -48,7 +68,9 @@ class Reason(StrEnum):
     NON_FINITE_SCORE = "non_finite_score"
     SCORE_OUT_OF_RANGE = "score_out_of_range"
     BAD_TS = "bad_ts"
+    TS_OUT_OF_RANGE = "ts_out_of_range"
     META_TOO_LARGE = "meta_too_large"
+    INTERNAL_ERROR = "internal_error"  # processing raised: the message is dead-lettered, never retried
 
 
 class Op(StrEnum):
@@ -79,7 +101,8 @@ class ParseResult:
     indexes: tuple[int | None, ...] = ()
 
 
-def parse_message(value: bytes | None, boards: BoardsConfig) -> ParseResult:
+def parse_message(value: bytes | None, boards: BoardsConfig, max_ts_ms: int) -> ParseResult:
+    """Valid events and rejections of one message; `max_ts_ms` is the latest accepted `ts`."""
     if not value:
         return _rejected(Reason.EMPTY_VALUE, "the message value is empty")
     try:
@@ -88,15 +111,15 @@ def parse_message(value: bytes | None, boards: BoardsConfig) -> ParseResult:
         return _rejected(Reason.BAD_JSON, f"not valid JSON: {exc}")
     if isinstance(document, dict):
         try:
-            return ParseResult((_parse_event(document, None, boards),), (), (None,))
+            return ParseResult((_parse_event(document, None, boards, max_ts_ms),), (), (None,))
         except BadEvent as exc:
             return ParseResult((), (exc,))
     if isinstance(document, list):
-        return _parse_batch(document, boards)
+        return _parse_batch(document, boards, max_ts_ms)
     return _rejected(Reason.BAD_SHAPE, f"expected an object or an array of objects, got {_kind(document)}")
 
 
-def _parse_batch(document: list[object], boards: BoardsConfig) -> ParseResult:
+def _parse_batch(document: list[object], boards: BoardsConfig, max_ts_ms: int) -> ParseResult:
     if not document:
         return _rejected(Reason.EMPTY_BATCH, "the array holds no events")
     if len(document) > MAX_BATCH:
@@ -110,7 +133,7 @@ def _parse_batch(document: list[object], boards: BoardsConfig) -> ParseResult:
             rejections.append(BadEvent(Reason.BAD_SHAPE, message, index))
             continue
         try:
-            events.append(_parse_event(element, index, boards))
+            events.append(_parse_event(element, index, boards, max_ts_ms))
             indexes.append(index)
         except BadEvent as exc:
             rejections.append(exc)
@@ -133,7 +156,9 @@ _CONTROL_RE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2
 _BOARD_SYNTAX = "<type> or <type>:<scope> (type [a-z0-9_]{1,32}, scope [A-Za-z0-9_.:-]{1,160})"
 
 
-def _parse_event(fields: dict[str, Any], index: int | None, boards: BoardsConfig) -> UpdateEvent:
+def _parse_event(
+    fields: dict[str, Any], index: int | None, boards: BoardsConfig, max_ts_ms: int
+) -> UpdateEvent:
     """Checks in the order unknown fields, required fields, types, values; the first problem wins."""
     _check_shape(fields, index)
     event_id: str = fields["id"]
@@ -168,7 +193,7 @@ def _parse_event(fields: dict[str, Any], index: int | None, boards: BoardsConfig
         member=member,
         op=op,
         score=0.0 if score is None else _checked_score(score, index),
-        ts=_checked_ts(fields.get("ts"), index),
+        ts=_checked_ts(fields.get("ts"), index, max_ts_ms),
         meta=None if meta is None else _serialized_meta(meta, index),
     )
 
@@ -195,7 +220,9 @@ def _check_shape(fields: dict[str, Any], index: int | None) -> None:
         raise _wrong_type("score", "a number", score, index)
     ts = fields.get("ts")
     if ts is not None and type(ts) is not int and not (isinstance(ts, float) and _is_overflowed_int(ts)):
-        raise _wrong_type("ts", "an integer (ms since the epoch)", ts, index)
+        # the contract's own code for a ts that is not an integer at all (string, fraction, bool)
+        message = f"ts must be an integer (ms since the epoch), got {_kind(ts)} {_show(ts)}"
+        raise BadEvent(Reason.BAD_TS, message, index)
     meta = fields.get("meta")
     if meta is not None and type(meta) is not dict:
         raise _wrong_type("meta", "an object", meta, index)
@@ -222,12 +249,18 @@ def _checked_score(score: float, index: int | None) -> float:
     return float(score)
 
 
-def _checked_ts(ts: float | None, index: int | None) -> int | None:
+def _checked_ts(ts: float | None, index: int | None, max_ts_ms: int) -> int | None:
     if ts is None:
         return None
-    if type(ts) is not int or not 0 <= ts <= MAX_TS_MS:
-        message = f"ts must be ms since the epoch in 0..{MAX_TS_MS}, got {_show(ts)}"
-        raise BadEvent(Reason.BAD_TS, message, index)
+    if type(ts) is not int:
+        # orjson hands integers beyond 64 bits over as floats; 1e400 parses as infinity
+        if not math.isfinite(ts):
+            raise BadEvent(Reason.BAD_TS, "ts must be an integer (ms since the epoch), got infinity", index)
+        message = f"ts must be ms since the epoch in {MIN_TS_MS}..{max_ts_ms}, got {ts:.17g}"
+        raise BadEvent(Reason.TS_OUT_OF_RANGE, message, index)
+    bad = ts_out_of_range(ts, max_ts_ms, index)
+    if bad is not None:
+        raise bad
     return ts
 
 

@@ -104,9 +104,10 @@ def parse_period(kind: WindowKind, period_id: str, tz: ZoneInfo) -> Period:
         else:
             fields = [*parts, *(1, 1, 0)[len(parts) - 1 :]]  # missing month/day -> 1, hour -> 0
             start = datetime(fields[0], fields[1], fields[2], fields[3])
-    except ValueError:
+        # the period after the last one of year 9999 does not exist: OverflowError/ValueError
+        return _make(kind, start, tz)
+    except (ValueError, OverflowError):
         raise ValueError(f"{period_id!r} is not a {kind} period id") from None
-    return _make(kind, start, tz)
 
 
 def expire_at_ms(period: Period, retention: int, tz: ZoneInfo) -> int:

@@ -38,9 +38,10 @@ class LuaScript:
     def run(self, client: redis.Redis, keys: Sequence[KeyT], args: Sequence[ArgT]) -> Any:
         return self.run_many(client, [Call(keys, args)])[0]
 
-    def run_many(self, client: redis.Redis, calls: Sequence[Call]) -> list[Any]:
+    def run_many(self, client: redis.Redis, calls: Sequence[Call], raise_on_error: bool = True) -> list[Any]:
         """All calls in one round trip. Calls refused with NOSCRIPT did not run, so they are
-        re-sent after SCRIPT LOAD; any other error is raised."""
+        re-sent after SCRIPT LOAD; any other error is raised, or with `raise_on_error=False`
+        returned in its call's place (a connection failure always raises)."""
         results = self._pipeline(client, calls)
         missing = [i for i, r in enumerate(results) if isinstance(r, NoScriptError)]
         if missing:
@@ -49,7 +50,7 @@ class LuaScript:
             for i, result in zip(missing, retried, strict=True):
                 results[i] = result
         for result in results:
-            if isinstance(result, Exception):
+            if raise_on_error and isinstance(result, Exception):
                 raise result
         return results
 

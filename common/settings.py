@@ -33,10 +33,16 @@ class Settings(BaseModel):
     topic_dlq: str = "update_rank.dlq"
     topic_cache: str = "update_cache"
     worker_group: str = "rankstream-worker"
+    # This worker's name in its transactional.id (`<group>-<worker_id>`); default
+    # `<hostname>-<pid>`: in a pod that is the pod name and pid 1, stable across container
+    # restarts, so a restarted worker aborts its predecessor's open transaction at once.
+    worker_id: str = Field(default="", pattern=r"^[A-Za-z0-9._-]{0,200}$")
     # Prefix of every Redis key: lets several deployments (or tests) share one Redis.
     key_prefix: str = "rs:"
     # How long an event id is remembered; keep it >= the update_rank topic retention.
     dedupe_window_s: int = Field(default=7 * 24 * 3600, ge=60)
+    # Latest accepted event time = now + this (CONTRACT 2); also bounds the API's at= and period=.
+    max_future_skew_s: int = Field(default=86_400, ge=0, le=366 * 86_400)
     worker_batch_size: int = Field(default=1000, ge=1, le=100_000)
     worker_batch_timeout_ms: int = Field(default=50, ge=1, le=60_000)
     worker_http_port: int = Field(default=8081, ge=0, le=65535)

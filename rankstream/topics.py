@@ -21,10 +21,15 @@ class TopicSpec:
     config: dict[str, str]
 
 
+# update_rank takes messages up to 2 MiB (an array of 500 events with 1 KiB metas is ~1 MiB);
+# the dead-letter topic the same, and the worker truncates what still does not fit.
+MAX_MESSAGE_BYTES = str(2 * 1024 * 1024)
+
+
 def topic_specs(settings: Settings) -> list[TopicSpec]:
     return [
-        TopicSpec(settings.topic_updates, UPDATE_PARTITIONS, {}),
-        TopicSpec(settings.topic_dlq, 1, {}),
+        TopicSpec(settings.topic_updates, UPDATE_PARTITIONS, {"max.message.bytes": MAX_MESSAGE_BYTES}),
+        TopicSpec(settings.topic_dlq, 1, {"max.message.bytes": MAX_MESSAGE_BYTES}),
         # Compacted: replay cost grows with members, not events. Hourly segments let the
         # cleaner compact the log instead of leaving a week of history in the active segment.
         TopicSpec(

@@ -221,7 +221,11 @@ def _bad(rng: random.Random, board: str, now_ms: int, n: int) -> tuple[bytes, st
     if choice == 6:
         return orjson.dumps({**good, "op": "multiply"}), "unknown_op", None
     if choice == 7:
-        return orjson.dumps({**good, "ts": -5}), "bad_ts", None
+        if rng.random() < 0.5:
+            return orjson.dumps({**good, "ts": str(good["ts"])}), "bad_ts", None
+        # the accepted range: 2000-01-01 .. now + 1 day of skew
+        ts = rng.choice([-5, 946_684_800_000 - 1, now_ms + 2 * DAY_MS, 253_402_300_799_999])
+        return orjson.dumps({**good, "ts": ts}), "ts_out_of_range", None
     if choice == 8:
         return orjson.dumps({**good, "meta": {"blob": "x" * 2000}}), "meta_too_large", None
     if choice == 9:

@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
+from typing import Any
 
 import redis
 
@@ -16,6 +17,7 @@ from common.keys import TOTAL_INSTANCE, BoardKeys, window_instance
 from common.periods import CALENDAR_KINDS, PeriodCache, expire_at_ms
 from common.ranking import format_score, tie_mode
 from common.scripts import Call, load_script
+from worker.faults import is_infrastructure
 
 MAX_EVENTS_PER_CALL = 500  # bounds the time one script blocks Redis
 MAX_INSTANCES_PER_CALL = 48  # the window mask is a Lua double: 53 exact bits
@@ -54,12 +56,42 @@ class _Slots:
     slots: list[tuple[str, int, int]]  # (instance, expire-at ms or 0, late after ms)
 
 
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """An event whose processing raised something other than an infrastructure fault."""
+
+    event: UpdateEvent
+    error: BaseException
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    event: UpdateEvent
+    ts: int
+    mask: int  # bit i: the event counts in the chunk's i-th instance
+    names: list[str]  # the instances it counts in
+    late: int  # windows it missed because their period closed beyond late_grace
+
+
 @dataclass
 class _Chunk:
+    """The events of one board that go into one apply.lua call."""
+
     board: str
     board_type: BoardType
     instances: dict[str, tuple[int, int]] = field(default_factory=dict)  # instance -> (bit, expire)
-    events: list[tuple[UpdateEvent, int, int, list[str], int]] = field(default_factory=list)
+    events: list[_Entry] = field(default_factory=list)
+
+    def fits(self, pairs: list[tuple[str, int]]) -> bool:
+        new = sum(1 for name, _ in pairs if name not in self.instances)
+        return len(self.events) < MAX_EVENTS_PER_CALL and len(self.instances) + new <= MAX_INSTANCES_PER_CALL
+
+    def add(self, event: UpdateEvent, ts: int, pairs: list[tuple[str, int]], late: int) -> None:
+        mask = 0
+        for name, expire in pairs:
+            bit, _ = self.instances.setdefault(name, (len(self.instances), expire))
+            mask |= 1 << bit
+        self.events.append(_Entry(event, ts, mask, [name for name, _ in pairs], late))
 
 
 def parse_state(raw: bytes | str) -> MemberState | None:
@@ -104,7 +136,9 @@ class Applier:
             elif window.kind in CALENDAR_KINDS:
                 period = self._periods.at(window.kind, ts)
                 expire = expire_at_ms(period, board_type.retention[window.name], self._boards.timezone)
-                late_after = period.end_ms + board_type.late_grace_ms
+                # a period whose keys already expired can't take the event either: PEXPIREAT in
+                # the past would delete the whole period (retention 1 with a late grace did)
+                late_after = min(period.end_ms + board_type.late_grace_ms, expire)
                 slots.append((window_instance(window.name, period.id), expire, late_after))
                 start, end = max(start, period.start_ms), min(end, period.end_ms)
             # rolling windows (last_<N>...) are not applied yet: see README "Windows"
@@ -118,29 +152,25 @@ class Applier:
         out = [(name, expire) for name, expire, late_after in slots if now < late_after]
         return out, len(slots) - len(out)
 
-    def _chunks(self, events: Sequence[tuple[UpdateEvent, int]]) -> list[_Chunk]:
+    def _chunks(self, events: Sequence[tuple[UpdateEvent, int]], failures: list[Failure]) -> list[_Chunk]:
+        """Board chunks in stream order; an event whose windows can't even be computed fails alone."""
         now = self._now_ms()
         open_chunks: dict[str, _Chunk] = {}
         chunks: list[_Chunk] = []
         for event, ts in events:
-            board_type = self._boards.type_for(event.board_type)
-            assert board_type is not None  # the parser resolved it
-            pairs, late = self._instances(board_type, ts, now)
+            try:
+                board_type = self._boards.type_for(event.board_type)
+                assert board_type is not None  # the parser resolved it
+                pairs, late = self._instances(board_type, ts, now)
+            except Exception as exc:  # noqa: BLE001 - whatever it is, it is this event's alone
+                failures.append(Failure(event, exc))
+                continue
             chunk = open_chunks.get(event.board)
-            new = [name for name, _ in pairs if chunk is None or name not in chunk.instances]
-            if (
-                chunk is None
-                or len(chunk.events) >= MAX_EVENTS_PER_CALL
-                or len(chunk.instances) + len(new) > MAX_INSTANCES_PER_CALL
-            ):
+            if chunk is None or not chunk.fits(pairs):
                 chunk = _Chunk(event.board, board_type)
                 open_chunks[event.board] = chunk
                 chunks.append(chunk)
-            mask = 0
-            for name, expire in pairs:
-                bit, _ = chunk.instances.setdefault(name, (len(chunk.instances), expire))
-                mask |= 1 << bit
-            chunk.events.append((event, ts, mask, [name for name, _ in pairs], late))
+            chunk.add(event, ts, pairs, late)
         return chunks
 
     def _call(self, chunk: _Chunk, want_state: bool) -> Call:
@@ -149,36 +179,93 @@ class Applier:
         key_list: list[str] = [keys.seq, keys.meta]
         for name in chunk.instances:
             key_list += [keys.rank(name), keys.overflow(name), keys.state(name)]
-        key_list += [keys.dedupe(event.id) for event, *_ in chunk.events]
+        key_list += [keys.dedupe(entry.event.id) for entry in chunk.events]
         args: list[str | int] = [len(chunk.instances), len(chunk.events), tie_mode(board_type).value]
         args += ["1" if board_type.order.value == "desc" else "0", board_type.max_members or 0, self._ttl]
         args += ["1" if want_state else "0", *(expire for _, expire in chunk.instances.values())]
-        for event, ts, mask, _, _ in chunk.events:
+        for entry in chunk.events:
+            event = entry.event
             meta = event.meta.decode() if event.meta is not None else ""
-            args += [event.op.value, event.member, format_score(event.score), ts, meta, mask]
+            args += [event.op.value, event.member, format_score(event.score), entry.ts, meta, entry.mask]
         return Call(key_list, args)
 
     def apply(self, events: Sequence[tuple[UpdateEvent, int]]) -> list[Outcome]:
-        """Apply (event, effective ts) pairs; outcomes come back in board-chunk order."""
-        chunks = self._chunks(events)
-        wants = [bool(self._boards.hot_windows(chunk.board)) for chunk in chunks]
-        results = self._script.run_many(
-            self._client, [self._call(c, w) for c, w in zip(chunks, wants, strict=True)]
-        )
-        outcomes: list[Outcome] = []
-        for chunk, want, reply in zip(chunks, wants, results, strict=True):
-            pos = 0
-            for event, _, _, names, late in chunk.events:
-                status, seq = Status(int(reply[pos])), int(reply[pos + 1])
-                pos += 2
-                states: dict[str, MemberState | None] = {}
-                meta: bytes | None = None
-                if want:
-                    ordered = sorted(names, key=lambda n: chunk.instances[n][0])
-                    for name in ordered:
-                        states[name] = parse_state(reply[pos])
-                        pos += 1
-                    meta = reply[pos] or None
-                    pos += 1
-                outcomes.append(Outcome(event, status, seq, states, late, meta))
+        """Apply and return the outcomes; raise the first failure (for callers that own the data)."""
+        outcomes, failures = self.apply_isolated(events)
+        if failures:
+            raise failures[0].error
         return outcomes
+
+    def apply_isolated(
+        self, events: Sequence[tuple[UpdateEvent, int]]
+    ) -> tuple[list[Outcome], list[Failure]]:
+        """Apply (event, effective ts) pairs. Outcomes come back per board in stream order;
+        failures are events that raised something other than an infrastructure fault (those
+        propagate: the caller rewinds and retries the batch)."""
+        failures: list[Failure] = []
+        outcomes: list[Outcome] = []
+        for round_ in _rounds(self._chunks(events, failures)):
+            wants = [bool(self._boards.hot_windows(chunk.board)) for chunk in round_]
+            calls = [self._call(c, w) for c, w in zip(round_, wants, strict=True)]
+            results = self._script.run_many(self._client, calls, raise_on_error=False)
+            for chunk, want, reply in zip(round_, wants, results, strict=True):
+                try:
+                    outcomes += _decode(chunk, want, reply)
+                except Exception as exc:
+                    if is_infrastructure(exc):
+                        raise
+                    # apply.lua writes nothing before its last decision, so a failed call left
+                    # no trace: re-apply its events one by one, in order, to find the bad ones
+                    outcomes += self._narrow(chunk, want, failures)
+        return outcomes, failures
+
+    def _narrow(self, chunk: _Chunk, want: bool, failures: list[Failure]) -> list[Outcome]:
+        outcomes: list[Outcome] = []
+        for entry in chunk.events:
+            single = _Chunk(chunk.board, chunk.board_type)
+            single.add(entry.event, entry.ts, [(n, chunk.instances[n][1]) for n in entry.names], entry.late)
+            try:
+                (reply,) = self._script.run_many(
+                    self._client, [self._call(single, want)], raise_on_error=False
+                )
+                outcomes += _decode(single, want, reply)
+            except Exception as exc:
+                if is_infrastructure(exc):
+                    raise
+                failures.append(Failure(entry.event, exc))
+        return outcomes
+
+
+def _rounds(chunks: list[_Chunk]) -> list[list[_Chunk]]:
+    """At most one chunk per board per round trip: a board's later chunk never runs before an
+    earlier one has been narrowed, so a board's events are applied in stream order."""
+    rounds: list[list[_Chunk]] = []
+    depth: dict[str, int] = {}
+    for chunk in chunks:
+        level = depth.get(chunk.board, 0)
+        depth[chunk.board] = level + 1
+        if level == len(rounds):
+            rounds.append([])
+        rounds[level].append(chunk)
+    return rounds
+
+
+def _decode(chunk: _Chunk, want: bool, reply: list[Any] | Exception) -> list[Outcome]:
+    """The outcomes of one call; the call's error reply, if it failed, is raised here."""
+    if isinstance(reply, Exception):
+        raise reply
+    outcomes: list[Outcome] = []
+    pos = 0
+    for entry in chunk.events:
+        status, seq = Status(int(reply[pos])), int(reply[pos + 1])
+        pos += 2
+        states: dict[str, MemberState | None] = {}
+        meta: bytes | None = None
+        if want:
+            for name in sorted(entry.names, key=lambda n: chunk.instances[n][0]):
+                states[name] = parse_state(reply[pos])
+                pos += 1
+            meta = reply[pos] or None
+            pos += 1
+        outcomes.append(Outcome(entry.event, status, seq, states, entry.late, meta))
+    return outcomes

@@ -1,34 +1,51 @@
-"""The worker loop: consume a batch, validate, apply in Redis, dead-letter the bad, publish hot
-boards, and only then commit. A Redis or Kafka failure rewinds the batch (seek back) and backs
-off: nothing is committed that was not applied, and re-applying is a no-op (dedupe records).
+"""The worker loop: consume a batch, validate, apply in Redis, then in one Kafka transaction
+dead-letter the bad, publish hot boards and commit the batch's offsets. A Redis or Kafka fault
+rewinds the batch (seek back) and backs off: nothing is committed that was not applied, and
+re-applying is a no-op (dedupe records); an aborted transaction leaves nothing visible.
 
-Two stages overlap: while one thread applies batch N (Redis, then the producer's flushes), the
-loop consumes and parses batch N+1; N is committed once it is fully done, before N+1 is handed
-over. A failed N rewinds N and N+1 alike, and a revoke waits for N before it commits."""
+No message can stop a partition: whatever raises while one message is parsed or applied
+dead-letters that message (`internal_error`) and the batch goes on. Only infrastructure faults
+(worker/faults.py) pause.
+
+Two stages overlap: while the apply thread handles batch N (Redis, then the transaction), the
+loop consumes and parses batch N+1; N+1 is handed over once N is settled. A failed N rewinds N
+and N+1 alike, and a revoke waits for N (whose transaction commits its offsets).
+
+Every wait is bounded by the shutdown deadline (common/deadline.py): after SIGTERM the loop
+finishes what it can within it and abandons the rest uncommitted (redelivered, fenced)."""
 
 from __future__ import annotations
 
+import functools
 import logging
+import math
+import queue
 import threading
 import time
-from collections.abc import Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass, field
 
-import redis
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from common.boards import BoardsConfig
-from common.errors import BadEvent, InfrastructureError
-from common.events import UpdateEvent, parse_message
+from common.deadline import Deadline
+from common.errors import BadEvent
+from common.events import Reason, UpdateEvent, parse_message, ts_ceiling, ts_out_of_range
 from common.kafka_types import MessageLike, consume_available
-from worker.apply import Applier, Status
+from worker.apply import Applier, Outcome, Status
 from worker.dlq import DeadLetters
+from worker.faults import is_infrastructure
 from worker.metrics import WorkerMetrics
+from worker.outputs import ProducerFenced, TransactionalOutputs
 from worker.publisher import CachePublisher
 
 _log = logging.getLogger(__name__)
 MAX_BACKOFF_S = 5.0
+
+# (message, why, what raised for internal_error)
+Rejection = tuple[MessageLike, BadEvent, BaseException | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,15 +61,55 @@ class Prepared:
     messages: Sequence[MessageLike]
     pairs: list[tuple[UpdateEvent, int]]
     origins: dict[int, _Origin]
-    rejections: list[tuple[MessageLike, BadEvent]]
+    rejections: list[Rejection]
 
 
-def effective_ts(event: UpdateEvent, msg: MessageLike) -> int:
-    """The event's own time, else the Kafka message timestamp, else now."""
-    if event.ts is not None:
-        return event.ts
+@dataclass
+class _Tally:
+    applied: int = 0
+    duplicate: int = 0
+    late: int = 0
+    dead: dict[str, int] = field(default_factory=dict)
+
+
+def internal_error(exc: BaseException, index: int | None) -> BadEvent:
+    return BadEvent(Reason.INTERNAL_ERROR, f"processing raised {type(exc).__name__}: {exc}", index)
+
+
+def kafka_ts(msg: MessageLike, now_ms: int) -> int:
+    """The message timestamp that stands in for a missing `ts` (now when the message has none)."""
     ts_type, ts = msg.timestamp()
-    return ts if ts_type != 0 and ts >= 0 else int(time.time() * 1000)  # 0 = TIMESTAMP_NOT_AVAILABLE
+    return ts if ts_type != 0 else now_ms  # 0 = TIMESTAMP_NOT_AVAILABLE
+
+
+class ApplyThread:
+    """One daemon thread that runs batches in order. Unlike ThreadPoolExecutor's threads it never
+    holds the process open at exit: a Redis call stuck past the deadline is abandoned."""
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[tuple[Future[None], Callable[[], None]] | None] = queue.SimpleQueue()
+        threading.Thread(target=self._run, name="apply", daemon=True).start()
+
+    def shutdown(self) -> None:
+        """The thread ends after the jobs already queued (without waiting for them here)."""
+        self._queue.put(None)
+
+    def submit(self, job: Callable[[], None]) -> Future[None]:
+        future: Future[None] = Future()
+        self._queue.put((future, job))
+        return future
+
+    def _run(self) -> None:
+        while (item := self._queue.get()) is not None:
+            future, job = item
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                job()
+            except BaseException as exc:  # noqa: BLE001 - handed to whoever waits on the future
+                future.set_exception(exc)
+            else:
+                future.set_result(None)
 
 
 class WorkerLoop:
@@ -62,32 +119,40 @@ class WorkerLoop:
         consumer: Consumer,
         boards: BoardsConfig,
         applier: Applier,
+        outputs: TransactionalOutputs,
         dead_letters: DeadLetters,
         metrics: WorkerMetrics,
+        deadline: Deadline,
         publisher: CachePublisher | None = None,
         batch_size: int,
         batch_timeout_s: float,
+        max_future_skew_s: int,
+        shutdown_deadline_s: float,
     ) -> None:
         self._consumer = consumer
         self._boards = boards
         self._applier = applier
+        self._outputs = outputs
         self._dlq = dead_letters
         self._publisher = publisher
         self.metrics = metrics
+        self.deadline = deadline
         self._batch_size = batch_size
         self._batch_timeout_s = batch_timeout_s
-        self._stop = threading.Event()
-        self._uncommitted: dict[tuple[str, int], int] = {}
+        self._skew_s = max_future_skew_s
+        self._shutdown_s = shutdown_deadline_s
         self._inflight: tuple[Prepared, Future[None]] | None = None
-        self._executor = ThreadPoolExecutor(1, thread_name_prefix="apply")
+        self._apply_thread = ApplyThread()
         # a failed batch, and everything fetched after it, rewound together: one seek per
         # partition to the *earliest* offset, so a later batch can't move the position past it
         self._to_rewind: list[MessageLike] = []
+        self.abandoned = False  # the deadline passed with a batch still in flight
         self.last_loop = time.monotonic()  # liveness: the loop is turning
         self.assigned = 0
 
-    def request_stop(self) -> None:
-        self._stop.set()
+    def request_stop(self, deadline_s: float | None = None) -> None:
+        """SIGTERM: finish, commit and close within the deadline (default the configured one)."""
+        self.deadline.start(self._shutdown_s if deadline_s is None else deadline_s)
 
     # --- rebalance callbacks (run inside consume()) -------------------------------------------
     def on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
@@ -96,54 +161,56 @@ class WorkerLoop:
 
     def on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self.assigned -= len(partitions)
-        self._settle()  # a failure is left in _to_rewind for the loop
-        revoked = {(p.topic, p.partition) for p in partitions}
-        self._commit(only=revoked)
+        self._settle()  # its transaction commits its offsets; a failure is left for the loop
         _log.info("partitions revoked", extra={"partitions": [p.partition for p in partitions]})
 
     # --- the loop -----------------------------------------------------------------------------
     def run(self) -> None:
         backoff = 0.1
-        try:
-            while not self._stop.is_set():
-                self.last_loop = time.monotonic()
-                batch = consume_available(self._consumer, self._batch_size, self._batch_timeout_s)
-                messages = [m for m in batch if not self._is_error(m)]
-                prepared = self.prepare(messages) if messages else None  # overlaps the apply in flight
-                self._settle()
-                self._commit()  # retries a commit that failed earlier (a broker coming back), even when idle
-                if not self._to_rewind:
-                    if prepared is not None:
-                        self._inflight = (prepared, self._executor.submit(self.execute, prepared))
-                        backoff = 0.1
-                    continue
-                # the batch in flight failed: it and everything fetched after it go back together
-                self._rewind([*self._to_rewind, *messages])
-                self._to_rewind = []
-                self._stop.wait(backoff)
-                backoff = min(backoff * 2, MAX_BACKOFF_S)
+        while not self.deadline.started.is_set():
+            self.last_loop = time.monotonic()
+            batch = consume_available(self._consumer, self._batch_size, self._batch_timeout_s)
+            messages = [m for m in batch if not self._is_error(m)]
+            prepared = self.prepare(messages) if messages else None  # overlaps the apply in flight
             self._settle()
-        finally:
-            self._executor.shutdown(wait=True)
+            if not self._to_rewind:
+                if prepared is not None:
+                    self._inflight = (
+                        prepared,
+                        self._apply_thread.submit(functools.partial(self.execute, prepared)),
+                    )
+                    backoff = 0.1
+                continue
+            # the batch in flight failed: it and everything fetched after it go back together
+            self._rewind([*self._to_rewind, *messages])
+            self._to_rewind = []
+            self.deadline.started.wait(backoff)
+            backoff = min(backoff * 2, MAX_BACKOFF_S)
+        self._settle()
 
-    def _settle(self) -> bool:
-        """Wait for the batch in flight; commit it, or queue it for rewinding (False)."""
+    def _settle(self) -> None:
+        """Wait (within the deadline) for the batch in flight; on failure queue it for rewinding."""
         if self._inflight is None:
-            return True
+            return
         prepared, future = self._inflight
-        self._inflight = None
         try:
-            future.result()
-        except (InfrastructureError, redis.RedisError, KafkaException) as exc:
+            future.result(timeout=None if not self.deadline.started.is_set() else self.deadline.remaining())
+        except FutureTimeout:
+            # SIGTERM and the deadline passed: leave it uncommitted; it is redelivered and fenced
+            self.abandoned = True
+            _log.warning("deadline passed with a batch in flight: left uncommitted")
+            return
+        except ProducerFenced:
+            self._inflight = None
+            raise
+        except Exception as exc:  # noqa: BLE001 - every other failure rewinds and backs off
+            self._inflight = None
             self.metrics.retries.inc()
-            _log.warning("batch failed, rewinding", extra={"error": str(exc)})
+            level = logging.WARNING if is_infrastructure(exc) else logging.ERROR
+            _log.log(level, "batch failed, rewinding", extra={"error": f"{type(exc).__name__}: {exc}"})
             self._to_rewind.extend(prepared.messages)
-            return False
-        for msg in prepared.messages:
-            key = (msg.topic() or "", msg.partition() or 0)
-            self._uncommitted[key] = max(self._uncommitted.get(key, -1), (msg.offset() or 0) + 1)
-        self._commit()
-        return True
+            return
+        self._inflight = None
 
     def _is_error(self, msg: MessageLike) -> bool:
         err = msg.error()
@@ -164,52 +231,75 @@ class WorkerLoop:
         """Parse and validate (the loop's thread, overlapping the previous batch's apply)."""
         self.metrics.consumed.inc(len(messages))
         self.metrics.batch_size.observe(len(messages))
+        now = int(time.time() * 1000)
+        max_ts = ts_ceiling(self._skew_s, now)
         pairs: list[tuple[UpdateEvent, int]] = []
         origins: dict[int, _Origin] = {}
-        rejections: list[tuple[MessageLike, BadEvent]] = []
+        rejections: list[Rejection] = []
         for msg in messages:
-            result = parse_message(msg.value(), self._boards)
-            rejections += [(msg, bad) for bad in result.rejections]
-            for event, index in zip(result.events, result.indexes, strict=True):
-                pairs.append((event, effective_ts(event, msg)))
+            try:
+                result = parse_message(msg.value(), self._boards, max_ts)
+                mine: list[Rejection] = [(msg, bad, None) for bad in result.rejections]
+                valid: list[tuple[UpdateEvent, int, int | None]] = []
+                for event, index in zip(result.events, result.indexes, strict=True):
+                    ts = event.ts
+                    if ts is None:
+                        ts = kafka_ts(msg, now)
+                        bad = ts_out_of_range(ts, max_ts, index, "the Kafka message timestamp (no ts)")
+                        if bad is not None:
+                            mine.append((msg, bad, None))
+                            continue
+                    valid.append((event, ts, index))
+            except Exception as exc:  # noqa: BLE001 - a parser bug must not stop the partition
+                rejections.append((msg, internal_error(exc, None), exc))
+                continue
+            rejections += mine
+            for event, ts, index in valid:
+                pairs.append((event, ts))
                 origins[id(event)] = _Origin(msg, index)
         return Prepared(messages, pairs, origins, rejections)
 
     def execute(self, prepared: Prepared) -> None:
-        """Apply, dead-letter, publish, and wait for every acknowledgement (the apply thread:
-        all producer calls happen here, so delivery callbacks never race the loop)."""
-        for msg, bad in prepared.rejections:
-            self._dead_letter(msg, bad)
+        """Apply, then in one transaction dead-letter, publish and commit the offsets (the apply
+        thread: every producer call happens here)."""
+        rejections = list(prepared.rejections)
+        outcomes: list[Outcome] = []
+        tally = _Tally()
         if prepared.pairs:
             started = time.perf_counter()
-            outcomes = self._applier.apply(prepared.pairs)
+            outcomes, failures = self._applier.apply_isolated(prepared.pairs)
             self.metrics.apply_seconds.observe(time.perf_counter() - started)
-            tally = {Status.APPLIED: 0, Status.DUPLICATE: 0}
-            late = 0
+            for failure in failures:
+                origin = prepared.origins[id(failure.event)]
+                _log.error("event failed, dead-lettering", extra={"error": repr(failure.error)})
+                rejections.append((origin.msg, internal_error(failure.error, origin.index), failure.error))
             for outcome in outcomes:
-                late += outcome.late_windows
+                tally.late += outcome.late_windows
                 if outcome.status is Status.OUT_OF_RANGE:
                     origin = prepared.origins[id(outcome.event)]
-                    bad = BadEvent(
-                        "score_out_of_range", "the resulting score leaves the exact range ±(2^53-1)"
+                    message = "the resulting score leaves the exact range ±(2^53-1)"
+                    rejections.append(
+                        (origin.msg, BadEvent(Reason.SCORE_OUT_OF_RANGE, message, origin.index), None)
                     )
-                    bad.index = origin.index
-                    self._dead_letter(origin.msg, bad)
+                elif outcome.status is Status.APPLIED:
+                    tally.applied += 1
                 else:
-                    tally[outcome.status] += 1
-            # counted per batch: a labelled inc() per event costs ~10% of the worker's CPU
-            self.metrics.events.labels("applied").inc(tally[Status.APPLIED])
-            self.metrics.events.labels("duplicate").inc(tally[Status.DUPLICATE])
-            self.metrics.late_windows.inc(late)
-            if self._publisher is not None:
-                self._publisher.publish(outcomes)
-        self._dlq.flush(timeout=10)
-        if self._publisher is not None:
-            self._publisher.flush(timeout=10)
+                    tally.duplicate += 1
+        for msg, bad, error in rejections:
+            self._dlq.send(msg, bad, error)
+            tally.dead[bad.reason] = tally.dead.get(bad.reason, 0) + 1
+        if self._publisher is not None and outcomes:
+            self._publisher.publish(outcomes)
+        self._outputs.commit(_next_offsets(prepared.messages), self._consumer.consumer_group_metadata())
+        self._count(tally)
 
-    def _dead_letter(self, msg: MessageLike, bad: BadEvent) -> None:
-        self._dlq.send(msg, bad)
-        self.metrics.dead_lettered.labels(bad.reason).inc()
+    def _count(self, tally: _Tally) -> None:
+        """Counted per committed batch: a labelled inc() per event costs ~10% of the worker's CPU."""
+        self.metrics.events.labels("applied").inc(tally.applied)
+        self.metrics.events.labels("duplicate").inc(tally.duplicate)
+        self.metrics.late_windows.inc(tally.late)
+        for reason, count in tally.dead.items():
+            self.metrics.dead_lettered.labels(reason).inc(count)
 
     def _rewind(self, messages: Sequence[MessageLike]) -> None:
         first: dict[tuple[str, int], int] = {}
@@ -222,27 +312,28 @@ class WorkerLoop:
             except KafkaException as exc:  # revoked meanwhile: its new owner starts from the commit
                 _log.info("rewind skipped", extra={"partition": partition, "error": str(exc)})
 
-    def _commit(self, only: set[tuple[str, int]] | None = None) -> None:
-        todo = {k: v for k, v in self._uncommitted.items() if only is None or k in only}
-        if not todo:
+    def close(self) -> None:
+        """Settle the batch in flight, abort what is left open, leave the group: each step only
+        within what is left of the deadline (the process exits at it regardless)."""
+        self._apply_thread.shutdown()
+        if self._inflight is not None:
+            self._settle()
+        if self.abandoned or self.deadline.expired:
             return
-        offsets = [TopicPartition(t, p, o) for (t, p), o in todo.items()]
-        try:
-            self._consumer.commit(offsets=offsets, asynchronous=False)
-        except KafkaException as exc:
-            # kept for the next commit; a partition lost meanwhile is redone by its new owner
-            _log.warning("commit failed", extra={"error": str(exc)})
-            return
-        for key in todo:
-            self._uncommitted.pop(key, None)
+        if self._inflight is None:
+            self._outputs.abort()
+        closer = threading.Thread(target=self._consumer.close, name="consumer-close", daemon=True)
+        closer.start()
+        closer.join(None if math.isinf(self.deadline.remaining()) else self.deadline.remaining())
+        if closer.is_alive():
+            self.abandoned = True
+            _log.warning("deadline passed while leaving the consumer group")
 
-    def close(self, attempts: int = 10) -> None:
-        """Settle the batch in flight and commit, retrying briefly: a coordinator still loading
-        (a broker just back) refuses commits for a moment, and a clean stop should leave none."""
-        self._settle()
-        for _ in range(attempts):
-            self._commit()
-            if not self._uncommitted:
-                break
-            time.sleep(0.5)
-        self._consumer.close()
+
+def _next_offsets(messages: Sequence[MessageLike]) -> list[TopicPartition]:
+    """Per partition, the offset after the last message of the batch: what the transaction commits."""
+    last: dict[tuple[str, int], int] = {}
+    for msg in messages:
+        key = (msg.topic() or "", msg.partition() or 0)
+        last[key] = max(last.get(key, -1), (msg.offset() or 0) + 1)
+    return [TopicPartition(t, p, o) for (t, p), o in last.items()]

@@ -3,29 +3,36 @@
 from __future__ import annotations
 
 import logging
+import os
 import signal
-import threading
+import socket
 import time
 from collections.abc import Callable
 from types import FrameType
 
 import orjson
 import redis
-from confluent_kafka import Producer
+from confluent_kafka import KafkaException, Producer
+from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType  # type: ignore[attr-defined]  # re-exported at runtime
 
 from common.boards import BoardsConfig, load_boards
 from common.clients import kafka_consumer, kafka_producer, redis_client
+from common.deadline import Deadline
 from common.errors import InfrastructureError
 from common.health import serve_probes
 from common.settings import Settings
 from worker.apply import Applier
 from worker.backfill import backfill_all
 from worker.consumer import WorkerLoop
+from worker.delivery import Deliveries
 from worker.dlq import DeadLetters
 from worker.metrics import WorkerMetrics
+from worker.outputs import ProducerFenced, TransactionalOutputs
 from worker.publisher import CachePublisher
 
 _log = logging.getLogger(__name__)
+PRODUCER_MESSAGE_MAX_BYTES = 1_000_000  # librdkafka's default message.max.bytes
+BROKER_DEFAULT_MAX_MESSAGE_BYTES = 1_048_588
 
 
 def lag_reporter(metrics: WorkerMetrics) -> Callable[[str], None]:
@@ -42,17 +49,22 @@ def lag_reporter(metrics: WorkerMetrics) -> Callable[[str], None]:
     return on_stats
 
 
-def cache_publisher(
-    settings: Settings, boards: BoardsConfig, producer: Producer, client: redis.Redis
-) -> CachePublisher:
-    """The update_cache publisher; every hot board is backfilled before the worker consumes."""
+def cache_partitions(settings: Settings, producer: Producer) -> int:
     topic = producer.list_topics(settings.topic_cache, timeout=10).topics.get(settings.topic_cache)
     if topic is None or topic.error is not None or not topic.partitions:
         raise InfrastructureError(f"topic {settings.topic_cache} is missing: run `rankstream topics`")
+    return len(topic.partitions)
+
+
+def cache_publisher(
+    settings: Settings, boards: BoardsConfig, producer: Producer, client: redis.Redis
+) -> CachePublisher:
+    """A publisher over a plain (acknowledged) producer that backfills every hot board not yet
+    backfilled: what a worker does before it consumes, and `rankstream backfill` by hand."""
     publisher = CachePublisher(
-        producer,
+        Deliveries(producer, "update_cache"),
         settings.topic_cache,
-        partitions=len(topic.partitions),
+        partitions=cache_partitions(settings, producer),
         boards=boards,
         client=client,
         key_prefix=settings.key_prefix,
@@ -61,9 +73,30 @@ def cache_publisher(
     return publisher
 
 
+def worker_id(settings: Settings) -> str:
+    return settings.worker_id or f"{socket.gethostname()}-{os.getpid()}"
+
+
+def dlq_record_limit(settings: Settings) -> int:
+    """The largest dead-letter record that fits both the producer and the topic."""
+    producer_limit = int(settings.librdkafka().get("message.max.bytes", PRODUCER_MESSAGE_MAX_BYTES))
+    try:
+        resource = ConfigResource(ResourceType.TOPIC, settings.topic_dlq)
+        admin = AdminClient(settings.librdkafka())
+        config = admin.describe_configs([resource], request_timeout=10)[resource].result(timeout=10)
+        topic_limit = int(config["max.message.bytes"].value)
+    except (KafkaException, KeyError, ValueError) as exc:
+        _log.warning(
+            "dead-letter topic limit unknown, assuming the broker default", extra={"error": str(exc)}
+        )
+        topic_limit = BROKER_DEFAULT_MAX_MESSAGE_BYTES
+    return min(producer_limit, topic_limit)
+
+
 def build_loop(settings: Settings, metrics: WorkerMetrics) -> tuple[WorkerLoop, redis.Redis]:
     boards = load_boards(settings.boards)
     client = redis_client(settings)
+    deadline = Deadline()
     consumer = kafka_consumer(
         settings,
         # what exactly-once application depends on: never overridden
@@ -72,31 +105,59 @@ def build_loop(settings: Settings, metrics: WorkerMetrics) -> tuple[WorkerLoop, 
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
             "enable.partition.eof": False,
+            "isolation.level": "read_committed",
             "stats_cb": lag_reporter(metrics),
         },
-        # tunable through RANKSTREAM_KAFKA_*: a crashed worker's partitions move after 10 s, not 45
+        # tunable through RANKSTREAM_KAFKA_*: a crashed worker's partitions move after 6 s
+        # (the broker's smallest session timeout by default), not 45
         defaults={
             "auto.offset.reset": "earliest",
             "partition.assignment.strategy": "cooperative-sticky",
-            "session.timeout.ms": 10_000,
-            "heartbeat.interval.ms": 2_000,
+            "session.timeout.ms": 6_000,
+            "heartbeat.interval.ms": 1_500,
             "statistics.interval.ms": 5_000,
         },
     )
     producer = kafka_producer(
-        settings, {"enable.idempotence": True, "acks": "all"}, defaults={"linger.ms": 5}
+        settings,
+        {
+            "transactional.id": f"{settings.worker_group}-{worker_id(settings)}",
+            "enable.idempotence": True,
+            "acks": "all",
+        },
+        # a dead worker's open transaction holds read_committed readers until it is aborted:
+        # by its successor's init_transactions, or by the broker after this timeout
+        defaults={"linger.ms": 5, "transaction.timeout.ms": 10_000},
     )
-    publisher = cache_publisher(settings, boards, producer, client) if boards.hot else None
+    outputs = TransactionalOutputs(producer, deadline)
+    outputs.init()
+    publisher = None
+    if boards.hot:
+        backfill_producer = kafka_producer(settings, {"enable.idempotence": True, "acks": "all"})
+        cache_publisher(settings, boards, backfill_producer, client)
+        backfill_producer.flush(10)
+        publisher = CachePublisher(
+            outputs,
+            settings.topic_cache,
+            partitions=cache_partitions(settings, backfill_producer),
+            boards=boards,
+            client=client,
+            key_prefix=settings.key_prefix,
+        )
     applier = Applier(client, boards, settings.key_prefix, settings.dedupe_window_s * 1000)
     loop = WorkerLoop(
         consumer=consumer,
         boards=boards,
         applier=applier,
-        dead_letters=DeadLetters(producer, settings.topic_dlq),
+        outputs=outputs,
+        dead_letters=DeadLetters(outputs, settings.topic_dlq, dlq_record_limit(settings)),
         metrics=metrics,
+        deadline=deadline,
         publisher=publisher,
         batch_size=settings.worker_batch_size,
         batch_timeout_s=settings.worker_batch_timeout_ms / 1000,
+        max_future_skew_s=settings.max_future_skew_s,
+        shutdown_deadline_s=settings.shutdown_deadline_s,
     )
     consumer.subscribe([settings.topic_updates], on_assign=loop.on_assign, on_revoke=loop.on_revoke)
     return loop, client
@@ -118,24 +179,29 @@ def run_worker(settings: Settings) -> int:
         return redis_ok, {"redis": redis_ok, "partitions": loop.assigned}
 
     server = serve_probes("0.0.0.0", settings.worker_http_port, live, ready, metrics.registry)  # noqa: S104
-    deadline = threading.Event()
 
     def _stop(signum: int, frame: FrameType | None) -> None:
+        # the one deadline: every blocking call from here on waits at most what is left of it
         _log.info("stopping: finishing the batch, committing", extra={"signal": signum})
         loop.request_stop()
-        # the deadline: a batch stuck in back-off is abandoned uncommitted (safe: it is redone)
-        timer = threading.Timer(settings.shutdown_deadline_s, deadline.set)
-        timer.daemon = True
-        timer.start()
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
     _log.info("worker started", extra={"topic": settings.topic_updates, "group": settings.worker_group})
+    code = 0
     try:
         loop.run()
+    except ProducerFenced as exc:
+        _log.error("stopping: %s", exc)
+        code = 1
     finally:
-        if not deadline.is_set():
-            loop.close()
+        loop.close()
         server.shutdown()
+    if loop.abandoned:
+        # a thread is still blocked on Redis or Kafka: don't wait for it (nor for librdkafka's
+        # destructors) past the deadline; what it holds is uncommitted and will be redone
+        _log.warning("worker stopped at the deadline, abandoning blocked calls")
+        logging.shutdown()
+        os._exit(code)
     _log.info("worker stopped")
-    return 0
+    return code

@@ -1,9 +1,10 @@
 """Publishes hot boards' absolute member states to the compacted update_cache topic.
 
 After each applied batch: one record per touched (hot window instance, member) with its state
-after the batch, and, once the board is backfilled, one marker with the board's seq. `flush()`
-raises unless every record was acknowledged, so offsets are never committed past a change
-that API nodes could miss."""
+after the batch, and, once the board is backfilled, one marker with the board's seq. Live
+records go out in the batch's transaction (worker/outputs.py), so offsets are never committed
+past a change that API nodes could miss; a backfill's `flush()` raises unless every record was
+acknowledged."""
 
 from __future__ import annotations
 
@@ -11,13 +12,12 @@ import logging
 from collections.abc import Sequence
 
 import redis
-from confluent_kafka import Producer
 
 from common.boards import BoardsConfig
 from common.cache_records import deleted_record, marker_record, partition_for, state_record
 from common.keys import TOTAL_INSTANCE, BoardKeys
 from worker.apply import MemberState, Outcome, Status
-from worker.delivery import Deliveries
+from worker.dlq import Sink
 
 _log = logging.getLogger(__name__)
 
@@ -29,7 +29,7 @@ def instance_window(instance: str) -> str:
 class CachePublisher:
     def __init__(
         self,
-        producer: Producer,
+        sink: Sink,
         topic: str,
         *,
         partitions: int,
@@ -43,12 +43,13 @@ class CachePublisher:
         self._client = client
         self._prefix = key_prefix
         self._backfilled: set[str] = set()
-        self._deliveries = Deliveries(producer, "update_cache")
+        # the worker's transactional outputs, or an acknowledged producer for a backfill
+        self._sink = sink
         self.published = 0
 
     def produce(self, board: str, key: bytes, value: bytes) -> None:
         partition = partition_for(board, self._partitions)
-        self._deliveries.produce(self._topic, value=value, key=key, partition=partition)
+        self._sink.produce(self._topic, value=value, key=key, partition=partition)
         self.published += 1
 
     def backfilled(self, board: str) -> bool:
@@ -81,7 +82,6 @@ class CachePublisher:
         for board, seq in seqs.items():
             if self.backfilled(board):
                 self.produce(board, *marker_record(board, seq))
-        self._deliveries.producer.poll(0)  # serve delivery reports of earlier batches
 
     def flush(self, timeout: float) -> None:
-        self._deliveries.flush(timeout)
+        self._sink.flush(timeout)

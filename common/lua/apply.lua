@@ -107,7 +107,21 @@ local function flush(i, member, c)
   if maxm > 0 then rebalance(rk, ov) end
 end
 
-local out, touched, dirty = {}, {}, {}
+-- Two phases: every read and decision first, every write after the last event is decided. A
+-- script that raises midway has then written nothing, so the worker can narrow a failed call
+-- down to its event by re-applying one event at a time (worker/apply.py) without losing or
+-- double-counting anything.
+local metas = {}  -- member -> meta after this call's events ('' = none); read once
+local function meta_of(member)
+  local m = metas[member]
+  if m == nil then
+    m = redis.call('HGET', KEYS[2], member) or ''
+    metas[member] = m
+  end
+  return m
+end
+
+local out, touched, dirty, applied_ids, meta_dirty = {}, {}, {}, {}, {}
 local seq0 = tonumber(redis.call('GET', KEYS[1]) or '0')
 local seq = seq0
 local base = 7 + W
@@ -116,7 +130,8 @@ for e = 1, E do
   local op, member, score = ARGV[at + 1], ARGV[at + 2], tonumber(ARGV[at + 3])
   local tie, meta, mask = tonumber(ARGV[at + 4]), ARGV[at + 5], tonumber(ARGV[at + 6])
   local dedupe = KEYS[2 + 3 * W + e]
-  -- plan every instance before writing any, so an out-of-range result changes nothing
+  local seen = applied_ids[dedupe] or redis.call('EXISTS', dedupe) == 1
+  -- plan every instance before changing any, so an out-of-range result changes nothing
   local plans, in_range = {}, true
   for i = 1, W do
     if in_mask(mask, i) then
@@ -127,11 +142,13 @@ for e = 1, E do
     end
   end
   local status
-  if not in_range then
-    -- a duplicate of an applied event is a duplicate, whatever it would do to today's score
-    status = redis.call('EXISTS', dedupe) == 1 and 0 or 2
-  elseif redis.call('SET', dedupe, '1', 'NX', 'PX', ttl) then
+  if seen then
+    status = 0  -- a duplicate of an applied event is a duplicate, whatever it would do now
+  elseif not in_range then
+    status = 2
+  else
     status = 1
+    applied_ids[dedupe] = true
     seq = seq + 1
     for i = 1, W do
       local p = plans[i]
@@ -146,10 +163,10 @@ for e = 1, E do
         touched[i] = true
       end
     end
-    if op == 'delete' then redis.call('HDEL', KEYS[2], member)
-    elseif meta ~= '' then redis.call('HSET', KEYS[2], member, meta) end
-  else
-    status = 0
+    if op == 'delete' or meta ~= '' then
+      metas[member] = op == 'delete' and '' or meta
+      meta_dirty[member] = true
+    end
   end
   out[#out + 1] = status
   out[#out + 1] = seq
@@ -160,8 +177,15 @@ for e = 1, E do
         out[#out + 1] = c.present and (fmt(c.score) .. '|' .. fmt(c.tie)) or ''
       end
     end
-    out[#out + 1] = redis.call('HGET', KEYS[2], member) or ''
+    out[#out + 1] = meta_of(member)
   end
+end
+
+-- phase 2: the writes
+for dedupe in pairs(applied_ids) do redis.call('SET', dedupe, '1', 'PX', ttl) end
+for member in pairs(meta_dirty) do
+  local m = metas[member]
+  if m == '' then redis.call('HDEL', KEYS[2], member) else redis.call('HSET', KEYS[2], member, m) end
 end
 for _, d in ipairs(dirty) do flush(d[1], d[2], d[3]) end
 if seq ~= seq0 then redis.call('SET', KEYS[1], seq) end

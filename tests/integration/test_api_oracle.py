@@ -16,7 +16,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from api.app import create_app
 from common.boards import load_boards
-from common.events import parse_message
+from common.events import parse_message, ts_ceiling
 from tests.oracle import (
     ASC,
     BOARDS,
@@ -47,7 +47,7 @@ def written(make_settings, tmp_path, rclient):
     for i in range(0, len(messages), 500):
         pairs = []
         for msg in messages[i : i + 500]:
-            result = parse_message(msg.value, boards)
+            result = parse_message(msg.value, boards, ts_ceiling(86_400))
             pairs += [(event, event.ts or 0) for event in result.events]
         applier.apply(pairs)
     model = run_model(messages, start)
