@@ -43,6 +43,7 @@ from worker.publisher import CachePublisher
 
 _log = logging.getLogger(__name__)
 MAX_BACKOFF_S = 5.0
+SETTLE_SLICE_S = 0.1  # how often a wait for the batch in flight looks for a SIGTERM
 
 # (message, why, what raised for internal_error)
 Rejection = tuple[MessageLike, BadEvent, BaseException | None]
@@ -194,7 +195,7 @@ class WorkerLoop:
             return
         prepared, future = self._inflight
         try:
-            future.result(timeout=None if not self.deadline.started.is_set() else self.deadline.remaining())
+            self._wait(future)
         except FutureTimeout:
             # SIGTERM and the deadline passed: leave it uncommitted; it is redelivered and fenced
             self.abandoned = True
@@ -211,6 +212,18 @@ class WorkerLoop:
             self._to_rewind.extend(prepared.messages)
             return
         self._inflight = None
+
+    def _wait(self, future: Future[None]) -> None:
+        """future.result(), in slices: a SIGTERM that arrives while we wait bounds the rest of it."""
+        while True:
+            started = self.deadline.started.is_set()
+            try:
+                future.result(timeout=self.deadline.remaining() if started else SETTLE_SLICE_S)
+            except FutureTimeout:
+                if started:
+                    raise
+            else:
+                return
 
     def _is_error(self, msg: MessageLike) -> bool:
         err = msg.error()

@@ -79,7 +79,11 @@ class DeadLetters:
     def _produce_truncated(self, value: bytes, key: bytes | None, headers: list[Header]) -> None:
         headers = [*headers, (HEADER_TRUNCATED, b"1"), (HEADER_ORIGINAL_SIZE, str(len(value)).encode())]
         key = None if key is None else key[:MAX_KEY_BYTES]
-        self._sink.produce(self._topic, value=value[:TRUNCATED_BYTES], key=key, headers=headers)
+        # 64 KiB, or less where even that would not fit (a topic limit below ~70 KB)
+        room = self._max - RECORD_OVERHEAD - len(key or b"") - sum(len(k) + len(v) for k, v in headers)
+        self._sink.produce(
+            self._topic, value=value[: max(0, min(TRUNCATED_BYTES, room))], key=key, headers=headers
+        )
 
     def flush(self, timeout: float) -> None:
         self._sink.flush(timeout)

@@ -23,7 +23,7 @@ _REDIS_TRANSIENT_CLASSES = (
     redis.exceptions.ClusterError,
     redis.exceptions.ClusterDownError,  # also MasterDownError
     redis.exceptions.TryAgainError,
-    redis.exceptions.MovedError,  # MovedError is an AskError
+    redis.exceptions.AskError,  # also MovedError (its subclass); the parser drops the code from the text
     redis.exceptions.AuthenticationError,
     redis.exceptions.NoPermissionError,
 )

@@ -81,6 +81,10 @@ class TransactionalOutputs:
             self._open = False
         except KafkaException as exc:
             _log.warning("abort failed", extra={"error": exc.args[0].str()})
+        except ProducerFenced as exc:
+            # nothing more to abort: the fencing broker has aborted it already
+            self._open = False
+            _log.warning("abort skipped: %s", exc)
 
     def _abort_leftover(self) -> None:
         self.abort()

@@ -58,7 +58,7 @@ def test_redis_outage_pauses_and_loses_nothing(make_settings, tmp_path, consumer
             wait_for(lambda: applied_so_far(client, settings) >= sum(model.seq.values()), 90, "all applied")
         compare_redis(client, settings.key_prefix, model)
         assert committed_total(settings) == len(first) + len(second)
-        check_dlq(consumer_factory, settings, model, exact=False)
+        check_dlq(consumer_factory, settings, model, exact=True)
     finally:
         client.close()
         store.stop()
