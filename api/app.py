@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator
 from functools import cache
 from importlib import resources
@@ -12,6 +13,7 @@ import orjson
 import redis.asyncio as aioredis
 import yaml
 from aiohttp import web
+from aiohttp.typedefs import Handler
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from api.cache import SingleFlightCache
@@ -20,8 +22,59 @@ from api.hotboards import HotBoards
 from api.routes import add_routes, json
 from api.state import APP_STATE, ApiState
 from common.boards import BoardsConfig
+from common.deadline import Deadline
 from common.keys import BoardKeys
 from common.settings import Settings
+
+_log = logging.getLogger(__name__)
+# Of the shutdown deadline (api/main.py), kept for what comes after the cleanup steps below:
+EXIT_RESERVE_S = 0.5  # the interpreter's own exit after the last step (Kafka clients destroyed)
+REDIS_CLOSE_S = 0.5  # closing the Redis client, after the replay thread
+
+
+def within(deadline: Deadline, cap: float, keep: float = 0.0) -> float:
+    """How long a shutdown step may wait: its usual `cap`, or less once the deadline runs: what is
+    left less `keep` (what the steps after this one need), or half of what is left if that is more
+    (a small deadline shares what it has rather than starving the last steps)."""
+    left = deadline.remaining()
+    return max(0.0, min(cap, max(left - keep, left / 2)))
+
+
+class InFlight:
+    """The requests being handled, counted by a middleware: the shutdown drains them."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    def begin(self) -> None:
+        self.count += 1
+        self._idle.clear()
+
+    def end(self) -> None:
+        self.count -= 1
+        if self.count == 0:
+            self._idle.set()
+
+    async def wait_idle(self, seconds: float) -> bool:
+        """True once no request is in flight; False if some still are after `seconds`."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._idle.wait(), seconds)
+        return self.count == 0
+
+
+IN_FLIGHT: web.AppKey[InFlight] = web.AppKey("rankstream_in_flight", InFlight)
+
+
+@web.middleware
+async def in_flight_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    tracker = request.app[IN_FLIGHT]
+    tracker.begin()
+    try:
+        return await handler(request)
+    finally:
+        tracker.end()
 
 
 async def livez(request: web.Request) -> web.Response:
@@ -47,8 +100,10 @@ async def follow_hot_boards(app: web.Application) -> AsyncIterator[None]:
     state = app[APP_STATE]
     state.hot.start(asyncio.get_running_loop())
 
+    stopping = asyncio.Event()
+
     async def watch() -> None:
-        while True:
+        while not stopping.is_set():
             state.metrics.hot_ready.set(1 if state.hot.ready else 0)
             for board, hot in state.hot.boards.items():
                 state.metrics.replayed.labels(board).set(hot.replayed)
@@ -57,16 +112,24 @@ async def follow_hot_boards(app: web.Application) -> AsyncIterator[None]:
                     state.metrics.hot_lag.labels(board).set(max(seq - hot.seq, 0))
                 except (aioredis.ConnectionError, aioredis.TimeoutError):
                     pass  # the lag is unknown while Redis is away; reads from memory go on
-            await asyncio.sleep(1.0)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stopping.wait(), 1.0)
 
     task = asyncio.create_task(watch())
     yield
+    # each step waits at most what is left of the shutdown deadline, less what the later steps
+    # need: a Redis that stalls or a broker that is unreachable must not hold the exit past it.
+    # Nothing here is awaited unbounded (asyncio.wait does not wait for a cancellation to land).
+    keep = REDIS_CLOSE_S + EXIT_RESERVE_S
+    # the event too: Python 3.11's wait_for (which redis-py uses) loses a cancellation that lands
+    # as the awaited reply arrives, and the loop would go on
+    stopping.set()
     task.cancel()
-    # bounded: a Redis that stalls (or a broker that hangs) must not hold the exit past the deadline
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(asyncio.gather(task, return_exceptions=True), 2)
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(asyncio.get_running_loop().run_in_executor(None, state.hot.stop), 12)
+    await asyncio.wait({task}, timeout=within(state.deadline, 1.0, keep))
+    state.hot.request_stop()
+    # the join in a thread of its own: it must not stop the loop (cancelled requests unwind)
+    if state.hot.running and not await asyncio.to_thread(state.hot.stop, within(state.deadline, 10.0, keep)):
+        _log.warning("hot-board replay thread still blocked: abandoned")
 
 
 async def metrics(request: web.Request) -> web.Response:
@@ -93,9 +156,11 @@ def create_app(settings: Settings, boards: BoardsConfig, client: aioredis.Redis)
         hot=HotBoards(settings, boards),
         max_future_skew_s=settings.max_future_skew_s,
     )
-    # outermost first: metrics see the status the error middleware turned an exception into
-    app = web.Application(middlewares=[state.metrics.middleware(), error_middleware])
+    # outermost first: the drain counts every request; metrics see the status the error
+    # middleware turned an exception into
+    app = web.Application(middlewares=[in_flight_middleware, state.metrics.middleware(), error_middleware])
     app[APP_STATE] = state
+    app[IN_FLIGHT] = InFlight()
     app.router.add_get("/livez", livez)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics)
@@ -104,7 +169,13 @@ def create_app(settings: Settings, boards: BoardsConfig, client: aioredis.Redis)
     app.cleanup_ctx.append(follow_hot_boards)
 
     async def close_redis(app: web.Application) -> None:
-        await client.aclose()
+        closing = asyncio.ensure_future(client.aclose())
+        done, _ = await asyncio.wait({closing}, timeout=within(state.deadline, 5.0, EXIT_RESERVE_S))
+        if not done:
+            closing.cancel()
+            _log.warning("redis client not closed by the deadline: abandoned")
+        elif (exc := closing.exception()) is not None:
+            _log.warning("redis client close failed", extra={"error": str(exc)})
 
     app.on_cleanup.append(close_redis)
     return app

@@ -121,10 +121,22 @@ class HotBoards:
         self._thread = threading.Thread(target=self._run, name="hot-boards", daemon=True)
         self._thread.start()
 
-    def stop(self) -> None:
+    def request_stop(self) -> None:
+        """Ask the thread to end: it checks between its Kafka and Redis calls (see `stop`)."""
+        self._stop.set()
+
+    def stop(self, timeout: float = 10.0) -> bool:
+        """Stop the thread, waiting for it at most `timeout` seconds (at shutdown: what is left of
+        the deadline). False if it is still blocked in a Kafka or Redis call (an unreachable broker
+        holds list_topics up to 10 s): it is a daemon thread, so the process exits without it."""
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(10)
+            self._thread.join(max(timeout, 0.0))
+        return not self.running
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
 
     def _consumer(self) -> Consumer:
         return kafka_consumer(

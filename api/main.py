@@ -1,18 +1,56 @@
-"""`rankstream api`: the HTTP server, with a graceful shutdown that drains in-flight requests."""
+"""`rankstream api`: the HTTP server, and a shutdown that fits in one deadline.
+
+SIGTERM (or SIGINT) starts the deadline (RANKSTREAM_SHUTDOWN_DEADLINE_S, common/deadline.py);
+every step after it waits only within what is left of it:
+
+1. stop accepting: the listening socket closes, idle keep-alive connections close (busy ones
+   after their answer), and the hot-board replay thread is told to stop (so it has the drain to
+   come back from a Kafka or Redis call);
+2. drain: wait for the requests in flight, until the deadline less a reserve for the cleanup;
+3. aiohttp's own shutdown: a request still in flight gets a short grace, is cancelled, and gets
+   the grace again to unwind (its client sees the connection close unanswered);
+4. the app's cleanup (api/app.py): the watch task, the replay thread's join, the Redis client.
+
+A replay thread still blocked in librdkafka is abandoned (os._exit, as the worker does), and a
+last-resort timer exits at the deadline whatever still runs: the process is gone before the
+kubelet's SIGKILL (terminationGracePeriodSeconds, deploy/k8s/rankstream.yaml).
+
+Why not `web.run_app(shutdown_timeout=deadline)`: aiohttp 3.14's runner cleanup waits, per
+connection, up to shutdown_timeout for the handler, cancels it, waits up to shutdown_timeout again
+(rounded up to a whole second above 5 s), and only then runs the app's cleanup with its own
+timeouts: about twice the deadline plus the cleanup. Here the drain is ours, the runner's
+shutdown_timeout is only the short grace of step 3, and the cleanup steps read the deadline.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import math
+import os
+import signal
+import sys
+import threading
+import time
 
 import redis.asyncio as aioredis
 from aiohttp import web
 from aiohttp.http_exceptions import BadHttpMessage
 
-from api.app import create_app
+from api.app import IN_FLIGHT, create_app, within
+from api.state import APP_STATE
 from common.boards import load_boards
+from common.deadline import Deadline
 from common.settings import Settings
 
 _log = logging.getLogger(__name__)
+# Of the deadline, what the drain leaves for the steps after it (cancelling what is still in
+# flight, the watch task, the replay thread, Redis, the interpreter's exit): at most this, and at
+# most a quarter of a small deadline.
+CLEANUP_RESERVE_S = 2.0
+# What a request still in flight after the drain gets before it is cancelled, and again to unwind
+# (aiohttp's shutdown_timeout is used twice per connection); the drain already waited for it.
+CANCEL_GRACE_S = 0.25
 
 
 class _NoTraceForBadRequests(logging.Filter):
@@ -26,6 +64,82 @@ class _NoTraceForBadRequests(logging.Filter):
         return True
 
 
+def _flush_logs() -> None:
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+    sys.stderr.flush()
+    sys.stdout.flush()
+
+
+def _exit_at(deadline: Deadline) -> None:
+    """Last resort, in a daemon thread: when the deadline passes, the process exits, whatever is
+    still running (the orderly shutdown ends before it; this is for a loop blocked by a bug)."""
+    time.sleep(deadline.remaining())
+    _log.error("shutdown deadline reached: exiting now")
+    _flush_logs()
+    os._exit(0)
+
+
+async def _drain(runner: web.AppRunner, reserve: float) -> None:
+    """Steps 1 and 2: stop accepting, then wait for the requests in flight until the deadline
+    less `reserve`."""
+    state, in_flight = runner.app[APP_STATE], runner.app[IN_FLIGHT]
+    started = time.monotonic()
+    for site in list(runner.sites):
+        await site.stop()  # the listening socket closes: new connections are refused
+    if runner.server is not None:
+        runner.server.pre_shutdown()  # idle keep-alive connections close, busy ones after their answer
+    state.hot.request_stop()
+    busy = in_flight.count
+    if await in_flight.wait_idle(within(state.deadline, math.inf, reserve)):
+        seconds = round(time.monotonic() - started, 3)
+        _log.info("requests in flight drained", extra={"requests": busy, "seconds": seconds})
+    else:
+        _log.warning(
+            "requests still in flight at the end of the drain: cancelling them",
+            extra={"in_flight": in_flight.count, "seconds": round(time.monotonic() - started, 3)},
+        )
+
+
+async def _serve(app: web.Application, settings: Settings) -> None:
+    deadline = app[APP_STATE].deadline
+    reserve = min(CLEANUP_RESERVE_S, settings.shutdown_deadline_s / 4)
+    stopping = asyncio.Event()
+
+    def on_signal(signum: signal.Signals) -> None:
+        if deadline.started.is_set():
+            _log.info("already stopping", extra={"signal": signum.name})
+            return  # a second signal does not extend (nor shorten) the deadline
+        deadline.start(settings.shutdown_deadline_s)
+        threading.Thread(target=_exit_at, args=(deadline,), name="shutdown-deadline", daemon=True).start()
+        _log.info(
+            "stopping: draining requests in flight",
+            extra={"signal": signum.name, "deadline_s": settings.shutdown_deadline_s},
+        )
+        stopping.set()
+
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, on_signal, signum)
+    runner = web.AppRunner(
+        app,
+        handle_signals=False,  # ours above: they start the deadline
+        shutdown_timeout=min(CANCEL_GRACE_S, reserve / 8),
+        keepalive_timeout=75.0,
+        access_log=None,
+    )
+    try:
+        await runner.setup()  # on_startup: the replay thread starts
+        site = web.TCPSite(runner, settings.api_host, settings.api_port)
+        await site.start()
+        _log.info("api listening", extra={"url": site.name})
+        await stopping.wait()
+        await _drain(runner, reserve)
+    finally:
+        # step 3, then the app's cleanup (step 4): each bounded by what is left of the deadline
+        await runner.cleanup()
+
+
 def run_api(settings: Settings) -> int:
     logging.getLogger("aiohttp.server").addFilter(_NoTraceForBadRequests())
     boards = load_boards(settings.boards)
@@ -33,14 +147,17 @@ def run_api(settings: Settings) -> int:
         settings.redis_url.get_secret_value(), socket_timeout=2, socket_connect_timeout=1
     )
     app = create_app(settings, boards, client)
+    state = app[APP_STATE]
     _log.info("api starting", extra={"port": settings.api_port})
-    web.run_app(
-        app,
-        host=settings.api_host,
-        port=settings.api_port,
-        shutdown_timeout=settings.shutdown_deadline_s,
-        access_log=None,
-        print=None,
-        handle_signals=True,
-    )
+    asyncio.run(_serve(app, settings))
+    seconds = None
+    if state.deadline.started.is_set():
+        seconds = round(settings.shutdown_deadline_s - state.deadline.remaining(), 3)
+    if state.hot.running:
+        # the replay thread is still blocked in librdkafka (or Redis): exit without waiting for it,
+        # nor for the Kafka client's destructors at interpreter exit
+        _log.info("api stopped", extra={"seconds": seconds, "abandoned": "hot-board replay thread"})
+        _flush_logs()
+        os._exit(0)
+    _log.info("api stopped", extra={"seconds": seconds})
     return 0

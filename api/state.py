@@ -13,6 +13,7 @@ from api.cache import SingleFlightCache
 from api.hotboards import HotBoards
 from api.metrics import ApiMetrics
 from common.boards import BoardsConfig
+from common.deadline import Deadline
 
 
 @dataclass
@@ -26,6 +27,8 @@ class ApiState:
     metrics: ApiMetrics = field(default_factory=ApiMetrics)
     # serialised top pages of hot boards by (board, instance, view, page, seq): never stale
     hot_pages: LRUCache[Any, tuple[dict[str, Any], bytes]] = field(default_factory=lambda: LRUCache(4096))
+    # started by SIGTERM/SIGINT (api/main.py): the drain and every cleanup step wait within it
+    deadline: Deadline = field(default_factory=Deadline)
 
 
 APP_STATE: web.AppKey[ApiState] = web.AppKey("rankstream_state", ApiState)

@@ -40,5 +40,6 @@ def serve_probes(
             pass  # probes every few seconds would drown the structured log
 
     server = ThreadingHTTPServer((host, port), Handler)
-    threading.Thread(target=server.serve_forever, name="probes", daemon=True).start()
+    # a short poll interval: shutdown() waits for it, and it counts against the shutdown deadline
+    threading.Thread(target=server.serve_forever, args=(0.05,), name="probes", daemon=True).start()
     return server

@@ -235,7 +235,8 @@ class LocalKafka(_Server):
         classpath = f"{libs}/*"
         if not (data / "meta.properties").exists():
             cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-            argv = [java, "-cp", classpath, "kafka.tools.StorageTool", "format", "-t", cluster_id]
+            # "=": an id that starts with "-" (base64url can) would read as an option
+            argv = [java, "-cp", classpath, "kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}"]
             _run_quiet([*argv, "-c", str(props), "--standalone"], "formatting Kafka storage", timeout=120)
         jvm = [*self.heap.split(), "-Djava.awt.headless=true", "-XX:+UseG1GC"]
         jvm += [f"-Dlog4j2.configurationFile={log4j}", f"-Dkafka.logs.file={self.folder / 'server.log'}"]

@@ -19,10 +19,9 @@ from __future__ import annotations
 import functools
 import logging
 import math
-import queue
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
@@ -40,9 +39,11 @@ from worker.faults import is_infrastructure
 from worker.metrics import WorkerMetrics
 from worker.outputs import ProducerFenced, TransactionalOutputs
 from worker.publisher import CachePublisher
+from worker.threads import DaemonThread
 
 _log = logging.getLogger(__name__)
 MAX_BACKOFF_S = 5.0
+EXIT_RESERVE_S = 0.5  # of the shutdown deadline, for what follows the loop (logs, interpreter exit)
 SETTLE_SLICE_S = 0.1  # how often a wait for the batch in flight looks for a SIGTERM
 
 # (message, why, what raised for internal_error)
@@ -83,36 +84,6 @@ def kafka_ts(msg: MessageLike, now_ms: int) -> int:
     return ts if ts_type != 0 else now_ms  # 0 = TIMESTAMP_NOT_AVAILABLE
 
 
-class ApplyThread:
-    """One daemon thread that runs batches in order. Unlike ThreadPoolExecutor's threads it never
-    holds the process open at exit: a Redis call stuck past the deadline is abandoned."""
-
-    def __init__(self) -> None:
-        self._queue: queue.SimpleQueue[tuple[Future[None], Callable[[], None]] | None] = queue.SimpleQueue()
-        threading.Thread(target=self._run, name="apply", daemon=True).start()
-
-    def shutdown(self) -> None:
-        """The thread ends after the jobs already queued (without waiting for them here)."""
-        self._queue.put(None)
-
-    def submit(self, job: Callable[[], None]) -> Future[None]:
-        future: Future[None] = Future()
-        self._queue.put((future, job))
-        return future
-
-    def _run(self) -> None:
-        while (item := self._queue.get()) is not None:
-            future, job = item
-            if not future.set_running_or_notify_cancel():
-                continue
-            try:
-                job()
-            except BaseException as exc:  # noqa: BLE001 - handed to whoever waits on the future
-                future.set_exception(exc)
-            else:
-                future.set_result(None)
-
-
 class WorkerLoop:
     def __init__(
         self,
@@ -143,7 +114,7 @@ class WorkerLoop:
         self._skew_s = max_future_skew_s
         self._shutdown_s = shutdown_deadline_s
         self._inflight: tuple[Prepared, Future[None]] | None = None
-        self._apply_thread = ApplyThread()
+        self._apply_thread = DaemonThread("apply")
         # a failed batch, and everything fetched after it, rewound together: one seek per
         # partition to the *earliest* offset, so a later batch can't move the position past it
         self._to_rewind: list[MessageLike] = []
@@ -152,8 +123,10 @@ class WorkerLoop:
         self.assigned = 0
 
     def request_stop(self, deadline_s: float | None = None) -> None:
-        """SIGTERM: finish, commit and close within the deadline (default the configured one)."""
-        self.deadline.start(self._shutdown_s if deadline_s is None else deadline_s)
+        """SIGTERM: finish, commit and close within the deadline (default the configured one),
+        keeping a reserve for the process' own exit so it is gone by the configured deadline."""
+        budget = self._shutdown_s if deadline_s is None else deadline_s
+        self.deadline.start(budget - min(EXIT_RESERVE_S, budget / 4))
 
     # --- rebalance callbacks (run inside consume()) -------------------------------------------
     def on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
@@ -202,16 +175,16 @@ class WorkerLoop:
             _log.warning("deadline passed with a batch in flight: left uncommitted")
             return
         except ProducerFenced:
-            self._inflight = None
             raise
         except Exception as exc:  # noqa: BLE001 - every other failure rewinds and backs off
-            self._inflight = None
             self.metrics.retries.inc()
             level = logging.WARNING if is_infrastructure(exc) else logging.ERROR
             _log.log(level, "batch failed, rewinding", extra={"error": f"{type(exc).__name__}: {exc}"})
             self._to_rewind.extend(prepared.messages)
             return
-        self._inflight = None
+        finally:
+            if future.done():  # settled either way: a revoke (or close) must not wait for it again
+                self._inflight = None
 
     def _wait(self, future: Future[None]) -> None:
         """future.result(), in slices: a SIGTERM that arrives while we wait bounds the rest of it."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import signal
@@ -118,7 +119,8 @@ def build_loop(settings: Settings, metrics: WorkerMetrics) -> tuple[WorkerLoop, 
             "statistics.interval.ms": 5_000,
         },
     )
-    producer = kafka_producer(
+    transactional = functools.partial(
+        kafka_producer,
         settings,
         {
             "transactional.id": f"{settings.worker_group}-{worker_id(settings)}",
@@ -129,7 +131,7 @@ def build_loop(settings: Settings, metrics: WorkerMetrics) -> tuple[WorkerLoop, 
         # by its successor's init_transactions, or by the broker after this timeout
         defaults={"linger.ms": 5, "transaction.timeout.ms": 10_000},
     )
-    outputs = TransactionalOutputs(producer, deadline)
+    outputs = TransactionalOutputs(transactional, deadline)
     outputs.init()
     publisher = None
     if boards.hot:
@@ -196,7 +198,8 @@ def run_worker(settings: Settings) -> int:
         code = 1
     finally:
         loop.close()
-        server.shutdown()
+        if not loop.abandoned:
+            server.shutdown()
     if loop.abandoned:
         # a thread is still blocked on Redis or Kafka: don't wait for it (nor for librdkafka's
         # destructors) past the deadline; what it holds is uncommitted and will be redone

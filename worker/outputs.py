@@ -5,20 +5,33 @@ is aborted (by its successor's `init_transactions`, or by the broker after
 `transaction.timeout.ms`); the batch is redelivered, fenced in Redis, and produced once more.
 read_committed readers (API nodes, DLQ consumers) therefore see each record once.
 
-Every blocking call is bounded by the shutdown deadline."""
+Every blocking call runs under a watchdog bounded by its timeout and the shutdown deadline:
+librdkafka's `send_offsets_to_transaction` can block past its own timeout when the group
+coordinator goes away (confluentinc/librdkafka#5456, #5511: seen here when the broker
+restarts). A call that overstays is abandoned with its producer, and a new producer with the
+same transactional.id takes over: its `init_transactions` fences the stuck one and aborts its
+transaction, and the batch is rewound."""
 
 from __future__ import annotations
 
+import functools
 import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 from confluent_kafka import KafkaException, Producer, TopicPartition
 
 from common.deadline import Deadline
 from common.errors import InfrastructureError, RankstreamError
+from worker.threads import DaemonThread
 
 _log = logging.getLogger(__name__)
 CALL_TIMEOUT_S = 10.0
+INIT_TIMEOUT_S = 30.0
+RETRY_BUDGET_S = 30.0
+WATCHDOG_GRACE_S = 5.0  # beyond its own timeout, before a call is taken for stuck
 
 
 class ProducerFenced(RankstreamError):
@@ -27,20 +40,23 @@ class ProducerFenced(RankstreamError):
 
 
 class TransactionalOutputs:
-    def __init__(self, producer: Producer, deadline: Deadline) -> None:
-        self.producer = producer
+    def __init__(self, make_producer: Callable[[], Producer], deadline: Deadline) -> None:
+        self._make_producer = make_producer
         self._deadline = deadline
+        self.producer = make_producer()
+        self._calls = DaemonThread("kafka-txn")
+        self._ready = False  # init_transactions done for the current producer
         self._open = False
+        self._stuck: list[Producer] = []  # abandoned producers, kept from the garbage collector
+        self.replaced = 0
 
     def init(self) -> None:
         """Register the transactional.id; aborts what a predecessor with the same id left open."""
-        self._call(self.producer.init_transactions, self._deadline.timeout(30.0))
+        self._call("init_transactions", self._deadline.timeout(INIT_TIMEOUT_S))
+        self._ready = True
 
     def produce(self, topic: str, **kwargs: Any) -> None:
-        if not self._open:
-            self._abort_leftover()
-            self._call(self.producer.begin_transaction)
-            self._open = True
+        self._begin()
         while True:
             try:
                 self.producer.produce(topic, **kwargs)
@@ -58,14 +74,11 @@ class TransactionalOutputs:
     def commit(self, offsets: list[TopicPartition], group_metadata: Any) -> None:
         """Commit this batch's records and offsets as one; on failure abort and raise
         InfrastructureError (the caller rewinds: nothing of the batch became visible)."""
-        if not self._open:
-            self._abort_leftover()
-            self._call(self.producer.begin_transaction)
-            self._open = True
+        self._begin()
         try:
             if offsets:
-                self._retrying(self.producer.send_offsets_to_transaction, offsets, group_metadata)
-            self._retrying(self.producer.commit_transaction)
+                self._retrying("send_offsets_to_transaction", offsets, group_metadata)
+            self._retrying("commit_transaction")
         except KafkaException as exc:
             self.abort()
             raise InfrastructureError(f"transaction aborted: {exc.args[0].str()}") from None
@@ -77,37 +90,66 @@ class TransactionalOutputs:
         if not self._open:
             return
         try:
-            self._retrying(self.producer.abort_transaction)
+            self._retrying("abort_transaction")
             self._open = False
-        except KafkaException as exc:
-            _log.warning("abort failed", extra={"error": exc.args[0].str()})
+        except (KafkaException, InfrastructureError) as exc:
+            _log.warning("abort failed", extra={"error": str(exc)})
         except ProducerFenced as exc:
             # nothing more to abort: the fencing broker has aborted it already
             self._open = False
             _log.warning("abort skipped: %s", exc)
 
-    def _abort_leftover(self) -> None:
+    def _begin(self) -> None:
+        if self._open:
+            return
+        if not self._ready:
+            self.init()  # a replaced producer
         self.abort()
         if self._open:
             raise InfrastructureError("a previous transaction could not be aborted yet")
+        self._call("begin_transaction")
+        self._open = True
 
-    def _retrying(self, call: Any, *args: Any) -> None:
+    def _retrying(self, name: str, *args: Any) -> None:
         """A call retried while librdkafka says it may be (a coordinator loading, a timeout),
-        within the deadline; an abortable or fatal error is raised at once."""
+        for at most RETRY_BUDGET_S and within the deadline; an abortable or fatal error, or a
+        spent budget, is raised (the batch is aborted and rewound, with back-off)."""
+        give_up = time.monotonic() + RETRY_BUDGET_S
         while True:
             try:
-                self._call(call, *args, self._deadline.timeout(CALL_TIMEOUT_S))
+                self._call(name, *args, self._deadline.timeout(CALL_TIMEOUT_S))
             except KafkaException as exc:
-                if not exc.args[0].retriable() or self._deadline.expired:
+                err = exc.args[0]
+                if not err.retriable() or self._deadline.expired or time.monotonic() >= give_up:
                     raise
+                _log.warning("transaction call refused, retrying", extra={"call": name, "error": err.str()})
+                self._deadline.started.wait(0.1)
             else:
                 return
 
-    @staticmethod
-    def _call(call: Any, *args: Any) -> None:
+    def _call(self, name: str, *args: Any) -> None:
+        """`producer.<name>(*args)` on the watchdog thread; the last arg, if any, is its timeout."""
+        timeout = args[-1] if args and isinstance(args[-1], float) else 0.0
+        future = self._calls.submit(functools.partial(getattr(self.producer, name), *args))
         try:
-            call(*args)
+            future.result(timeout=self._deadline.timeout(timeout + WATCHDOG_GRACE_S))
+        except FutureTimeout:
+            if self._deadline.expired:  # the process is about to exit: nothing to replace
+                raise InfrastructureError(f"{name} still running at the shutdown deadline") from None
+            self._replace(name)
+            raise InfrastructureError(
+                f"{name} did not return within its timeout; producer replaced"
+            ) from None
         except KafkaException as exc:
             if exc.args[0].fatal():
                 raise ProducerFenced(f"transactional producer: {exc.args[0].str()}") from None
             raise
+
+    def _replace(self, stuck_call: str) -> None:
+        """Abandon the producer whose call is stuck; the next batch initialises a new one."""
+        _log.warning("transactional producer stuck, replacing it", extra={"call": stuck_call})
+        self._stuck.append(self.producer)
+        self._calls = DaemonThread("kafka-txn")
+        self.producer = self._make_producer()
+        self._ready = self._open = False
+        self.replaced += 1

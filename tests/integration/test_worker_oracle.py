@@ -45,7 +45,9 @@ def make_stream(seed: int) -> tuple[list[Message], Model]:
     return messages, run_model(messages, start)
 
 
-def worker_process(settings: Settings, http_port: int = 0, worker_id: str = "") -> subprocess.Popen[bytes]:
+def worker_process(
+    settings: Settings, http_port: int = 0, worker_id: str = "", extra_env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RANKSTREAM_")}
     env.update(
         {
@@ -63,6 +65,7 @@ def worker_process(settings: Settings, http_port: int = 0, worker_id: str = "") 
     )
     if worker_id:  # like a pod's name: the same id after a restart fences the dead one's transaction
         env["RANKSTREAM_WORKER_ID"] = worker_id
+    env.update(extra_env or {})
     argv = [sys.executable, "-m", "rankstream.cli", "worker"]
     return subprocess.Popen(argv, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 

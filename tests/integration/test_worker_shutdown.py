@@ -10,8 +10,9 @@ import urllib.request
 
 import orjson
 import pytest
+import redis
 
-from rankstream.stack import free_port
+from rankstream.stack import LocalKafka, LocalRedis, free_port
 from rankstream.topics import ensure_topics
 from tests.helpers import applied_so_far, produce, running_worker, wait_for
 from tests.integration.test_worker_oracle import worker_process
@@ -73,3 +74,44 @@ def test_sigterm_commits_everything_applied_and_exits_in_time(make_settings, tmp
         )
     assert duplicates == 0  # everything the first worker applied, it had committed
     assert applied_so_far(rclient, settings) == len(events)
+
+
+def test_sigterm_with_redis_paused_and_the_broker_gone_exits_inside_the_deadline(make_settings, tmp_path):
+    """The deadline bounds every blocking call: with Redis paused (CLIENT PAUSE) and the broker
+    unreachable, SIGTERM still ends the worker inside RANKSTREAM_SHUTDOWN_DEADLINE_S, and what it
+    left uncommitted is redone exactly by a successor."""
+    store = LocalRedis("redis", tmp_path / "redis", port=free_port())
+    broker = LocalKafka("kafka", tmp_path / "kafka", port=free_port(), controller_port=free_port())
+    store.start()
+    broker.start()
+    boards = tmp_path / "boards.yaml"
+    boards.write_text(ORACLE_BOARDS)
+    settings = make_settings(boards=boards, redis_url=store.url, kafka_bootstrap=broker.bootstrap)
+    ensure_topics(settings)
+    client = redis.Redis.from_url(store.url)
+    deadline_s = 2.5  # shorter than the worker's Redis socket timeout (5 s): only the deadline ends it
+    try:
+        events = unique_stream(40_000)
+        produce(settings, events)
+        worker = worker_process(settings, extra_env={"RANKSTREAM_SHUTDOWN_DEADLINE_S": str(deadline_s)})
+        wait_for(lambda: applied_so_far(client, settings) > 5_000, 60, "some events applied")
+        client.client_pause(10_000, all=True)  # every command now waits up to 10 s
+        broker.stop()  # and the broker is gone
+        time.sleep(1.0)  # the worker is blocked on Redis by now
+        worker.send_signal(signal.SIGTERM)
+        started = time.monotonic()
+        code = worker.wait(30)
+        took = time.monotonic() - started
+        print(f"worker exit, Redis paused and Kafka gone: {took:.2f} s (deadline {deadline_s} s)")
+        assert code == 0
+        assert took < deadline_s
+        broker.start()  # (Redis' own pause ends by itself: CLIENT UNPAUSE would wait for it anyway)
+        assert applied_so_far(client, settings) < len(events)
+        with running_worker(settings) as successor:
+            wait_for(lambda: applied_so_far(client, settings) >= len(events), 120, "the rest applied")
+            assert successor.metrics.registry.get_sample_value("rankstream_worker_messages_consumed_total")
+        assert applied_so_far(client, settings) == len(events)  # nothing lost, nothing twice
+    finally:
+        client.close()
+        broker.stop()
+        store.stop()
