@@ -144,6 +144,10 @@ class HotBoards:
             {
                 "group.id": f"rankstream-api-{uuid.uuid4().hex[:8]}",  # never joins or commits
                 "enable.auto.commit": False,
+                # workers write update_cache in transactions: read only committed records, and
+                # the end offsets recorded at start are then last stable offsets (an open
+                # transaction of a killed worker can't hold readiness back)
+                "isolation.level": "read_committed",
                 "enable.partition.eof": False,
             },
             defaults={"fetch.max.bytes": 52_428_800, "max.partition.fetch.bytes": 10_485_760},

@@ -15,11 +15,13 @@ import pytest
 import redis
 import redis.asyncio as aioredis
 from aiohttp.test_utils import TestClient, TestServer
+from confluent_kafka import Producer
 
 from api.app import create_app
 from api.hotboards import HotBoard
 from api.state import APP_STATE
 from common.boards import load_boards
+from common.cache_records import partition_for, state_record
 from common.keys import BoardKeys
 from common.ranking import TIE_WIDTH
 from common.settings import Settings
@@ -320,3 +322,47 @@ def test_board_made_hot_after_it_has_data_comes_up_complete(make_settings, tmp_p
                 )
             )
             assert compared > 20
+
+
+def test_an_open_transaction_on_update_cache_holds_no_node_back(make_settings, tmp_path, rclient):
+    """A worker killed mid-transaction leaves records after the last stable offset. A node
+    replays to the LSO recorded at start (read_committed), so it is ready without waiting for the
+    broker to abort that transaction, and never shows what was not committed."""
+    settings = hot_settings(make_settings, tmp_path)
+    start = now_ms()
+    messages = list(generate(seed=33, total=3_000, now_ms=start))
+    model, _ = model_with_history(messages, start)
+    produce(settings, messages)
+    with running_worker(settings):
+        wait_for(lambda: applied_so_far(rclient, settings) >= sum(model.seq.values()), 120, "all applied")
+    zombie = Producer(
+        {"bootstrap.servers": settings.kafka_bootstrap, "transactional.id": f"zombie-{settings.worker_group}",
+         "transaction.timeout.ms": 120_000}
+    )  # fmt: skip
+    zombie.init_transactions(30)
+    zombie.begin_transaction()
+    cache_partitions = (
+        zombie.list_topics(settings.topic_cache, timeout=10).topics[settings.topic_cache].partitions
+    )
+    for board in HOT:
+        key, value = state_record(
+            board, "total", "never-committed", score=1e12, tie_ms=start, seq=10**12, meta=None
+        )
+        zombie.produce(
+            settings.topic_cache, value, key, partition=partition_for(board, len(cache_partitions))
+        )
+    zombie.flush(10)  # on the broker, inside a transaction that stays open
+    try:
+        started = time.monotonic()
+        with NodeRunner(settings) as node:
+            wait_for(lambda: node.get("/readyz")[0] == 200, 30, "the node ready despite the open transaction")
+            ready_s = time.monotonic() - started
+            node.call(
+                lambda app: [
+                    assert_memory_equals_redis(rclient, settings.key_prefix, hot)
+                    for hot in app[APP_STATE].hot.boards.values()
+                ]
+            )
+        assert ready_s < 20  # well inside the zombie's 120 s transaction timeout
+    finally:
+        zombie.abort_transaction(30)
