@@ -18,7 +18,7 @@ from bench.common import ENV_PREFIX, BenchError, Row, format_table, say, scalar_
 from common.errors import RankstreamError
 
 # In run order; a name whose module (bench/<name>.py) does not exist yet is skipped by default.
-KNOWN = ("worker", "api", "hot")
+KNOWN = ("worker", "api", "hot", "failover")
 
 
 def available() -> list[str]:

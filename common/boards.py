@@ -36,10 +36,10 @@ DEFAULT_RETENTION: Mapping[str, int] = MappingProxyType(
     {"hour": 72, "day": 31, "week": 8, "month": 12, "year": 5}
 )
 
-# At most a century of periods kept, and a late grace of at most a year: expiry and lateness
-# stay far inside the calendar's range for every accepted event time.
+# At most a century of periods kept (hours: 400 days, counted one by one across DST changes), and
+# a late grace of at most a year: expiry and lateness stay far inside the calendar's range.
 MAX_RETENTION: Mapping[str, int] = MappingProxyType(
-    {"hour": 100 * 8784, "day": 100 * 366, "week": 100 * 53, "month": 100 * 12, "year": 100}
+    {"hour": 400 * 24, "day": 100 * 366, "week": 100 * 53, "month": 100 * 12, "year": 100}
 )
 MAX_LATE_GRACE_MS = 366 * 86_400_000
 
@@ -339,7 +339,7 @@ def _build_type(name: str, model: _TypeModel, path: str) -> BoardType:
     for key, periods in model.retention.items():
         if periods > MAX_RETENTION[key]:
             raise _InvalidConfigError(
-                f"{path}.retention.{key}", f"at most {MAX_RETENTION[key]} periods (a century), got {periods}"
+                f"{path}.retention.{key}", f"at most {MAX_RETENTION[key]} periods, got {periods}"
             )
     retention = {key: model.retention.get(key, DEFAULT_RETENTION[key]) for key in calendar}
     late_grace_ms = _parse_duration(model.late_grace, f"{path}.late_grace")

@@ -11,6 +11,9 @@ board lives in one Cluster slot and one script may touch all of it.
     <prefix>{<board>}:hot:lock         held by the worker backfilling it
 
 <instance> is `total` or `<window>:<period id>` (`day:2026-11-22`, `week:2026-W47`).
+
+    <prefix>{owners:<group>}:<topic>   hash partition -> transactional id of the worker that
+                                       last took it (worker/fencing.py)
 """
 
 from __future__ import annotations
@@ -65,3 +68,8 @@ class BoardKeys:
     def state_pattern(self, window: str) -> str:
         """SCAN pattern of the state hashes of every period of a calendar window."""
         return f"{self.tag}:h:{window}:*"
+
+
+def partition_owners(prefix: str, group: str, topic: str) -> str:
+    """Which worker (transactional id) last took each partition of `topic` in `group`."""
+    return f"{prefix}{{owners:{group}}}:{topic}"

@@ -15,6 +15,7 @@ from zoneinfo import ZoneInfo
 
 from common.boards import WindowKind
 
+_HOUR = timedelta(hours=1)
 CALENDAR_KINDS = (WindowKind.HOUR, WindowKind.DAY, WindowKind.WEEK, WindowKind.MONTH, WindowKind.YEAR)
 _PATTERNS = {
     WindowKind.HOUR: re.compile(r"^(\d{4})-(\d{2})-(\d{2})T(\d{2})$"),
@@ -111,10 +112,19 @@ def parse_period(kind: WindowKind, period_id: str, tz: ZoneInfo) -> Period:
 
 
 def expire_at_ms(period: Period, retention: int, tz: ZoneInfo) -> int:
-    """When a period's keys expire: once `retention` newer-or-equal periods exist, i.e. at the
-    start of the period `retention` after it (hour with retention 72: 72 hours after its start)."""
-    local = datetime.fromtimestamp(period.start_ms / 1000, tz).replace(tzinfo=None)
-    return _epoch_ms(_shift(period.kind, local, retention), tz)
+    """When a period's keys expire: at the start of the period `retention` after it (hour with
+    retention 72: the start of the 72nd hour after it). Counted from the period's nominal local
+    start (a day that begins inside a DST gap starts, on the clock, after it), and counting only
+    periods that exist: a local hour a DST change skips entirely is no period."""
+    start = _start_local(period.kind, datetime.fromtimestamp(period.start_ms / 1000, tz).replace(tzinfo=None))
+    if period.kind is not WindowKind.HOUR:
+        return _epoch_ms(_shift(period.kind, start, retention), tz)
+    label, counted = start, 0
+    while counted < retention:
+        label += _HOUR
+        if _epoch_ms(label + _HOUR, tz) > _epoch_ms(label, tz):  # some instant reads this hour
+            counted += 1
+    return _epoch_ms(label, tz)
 
 
 class PeriodCache:

@@ -36,6 +36,7 @@ from common.kafka_types import MessageLike, consume_available
 from worker.apply import Applier, Outcome, Status
 from worker.dlq import DeadLetters
 from worker.faults import is_infrastructure
+from worker.fencing import PredecessorFence
 from worker.metrics import WorkerMetrics
 from worker.outputs import ProducerFenced, TransactionalOutputs
 from worker.publisher import CachePublisher
@@ -96,6 +97,7 @@ class WorkerLoop:
         metrics: WorkerMetrics,
         deadline: Deadline,
         publisher: CachePublisher | None = None,
+        fence: PredecessorFence | None = None,
         batch_size: int,
         batch_timeout_s: float,
         max_future_skew_s: int,
@@ -107,6 +109,7 @@ class WorkerLoop:
         self._outputs = outputs
         self._dlq = dead_letters
         self._publisher = publisher
+        self._fence = fence
         self.metrics = metrics
         self.deadline = deadline
         self._batch_size = batch_size
@@ -131,6 +134,8 @@ class WorkerLoop:
     # --- rebalance callbacks (run inside consume()) -------------------------------------------
     def on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self.assigned += len(partitions)
+        if self._fence is not None:
+            self._fence.on_assign(partitions)
         _log.info("partitions assigned", extra={"partitions": [p.partition for p in partitions]})
 
     def on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:

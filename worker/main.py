@@ -27,6 +27,7 @@ from worker.backfill import backfill_all
 from worker.consumer import WorkerLoop
 from worker.delivery import Deliveries
 from worker.dlq import DeadLetters
+from worker.fencing import PredecessorFence
 from worker.metrics import WorkerMetrics
 from worker.outputs import ProducerFenced, TransactionalOutputs
 from worker.publisher import CachePublisher
@@ -98,11 +99,13 @@ def build_loop(settings: Settings, metrics: WorkerMetrics) -> tuple[WorkerLoop, 
     boards = load_boards(settings.boards)
     client = redis_client(settings)
     deadline = Deadline()
+    transactional_id = f"{settings.worker_group}-{worker_id(settings)}"
     consumer = kafka_consumer(
         settings,
         # what exactly-once application depends on: never overridden
         {
             "group.id": settings.worker_group,
+            "client.id": transactional_id,  # how worker/fencing.py tells live members apart
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
             "enable.partition.eof": False,
@@ -123,7 +126,7 @@ def build_loop(settings: Settings, metrics: WorkerMetrics) -> tuple[WorkerLoop, 
         kafka_producer,
         settings,
         {
-            "transactional.id": f"{settings.worker_group}-{worker_id(settings)}",
+            "transactional.id": transactional_id,
             "enable.idempotence": True,
             "acks": "all",
         },
@@ -156,6 +159,7 @@ def build_loop(settings: Settings, metrics: WorkerMetrics) -> tuple[WorkerLoop, 
         metrics=metrics,
         deadline=deadline,
         publisher=publisher,
+        fence=PredecessorFence(settings, client, transactional_id),
         batch_size=settings.worker_batch_size,
         batch_timeout_s=settings.worker_batch_timeout_ms / 1000,
         max_future_skew_s=settings.max_future_skew_s,

@@ -140,3 +140,30 @@ def test_oracle_exact_with_two_workers_and_rebalances(oracle_topics, rclient, co
                 proc.wait(30)
     compare_redis(rclient, settings.key_prefix, model)
     check_dlq(consumer_factory, settings, model, exact=True)
+
+
+def test_the_worker_taking_a_dead_ones_partitions_fences_it_at_once(oracle_topics, rclient, consumer_factory):
+    """kill -9 with a second worker alive: the survivor, assigned the dead one's partitions, finds
+    it gone from the group and fences its transactional id (aborting its open transaction now,
+    not after the broker's timeout), then finishes exactly."""
+    settings = oracle_topics
+    messages, model = make_stream(seed=6)
+    produce(settings, messages)
+    target = total_applied(model)
+    victim = worker_process(settings, worker_id="pod-a")
+    try:
+        wait_for(lambda: applied_so_far(rclient, settings) > target * 0.1, 120, "10% applied")
+        with running_worker(settings.model_copy(update={"worker_id": "pod-b"})) as survivor:
+            wait_for(lambda: survivor.assigned > 0, 60, "the survivor owns partitions")
+            wait_for(lambda: applied_so_far(rclient, settings) > target * 0.4, 120, "40% applied")
+            victim.kill()
+            victim.wait(10)
+            assert applied_so_far(rclient, settings) < target, "the kill came too late to test anything"
+            wait_for(lambda: applied_so_far(rclient, settings) >= target, 180, "every event applied")
+            assert survivor._fence is not None
+            assert survivor._fence.fenced == [f"{settings.worker_group}-pod-a"]
+    finally:
+        if victim.poll() is None:
+            victim.kill()
+    compare_redis(rclient, settings.key_prefix, model)
+    check_dlq(consumer_factory, settings, model, exact=True)

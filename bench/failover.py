@@ -1,0 +1,178 @@
+"""The failover benchmark: how long a worker killed with kill -9 holds up its partitions and
+read_committed readers (goal: at most 10 s each).
+
+On a private Kafka and Redis, two `rankstream worker` processes share the group while a
+producer sends a steady stream (good events plus a share of bad ones, so the dead-letter topic
+gets records all the time). Then one worker is killed with SIGKILL, mid-transaction:
+
+- `partitions_held_s`: from the kill until every event produced before it is applied in Redis
+  (the survivor, or the restarted worker, takes the dead one's partitions and catches up).
+- `readers_held_s`: the longest a read_committed reader of the dead-letter topic waited for a
+  bad event produced after the kill (its LSO is stuck behind the dead worker's open transaction
+  until that is aborted).
+
+Two ways a pod dies: `restart` (its container restarts in the same pod: the same
+transactional.id, so the new process's init_transactions aborts the leftover at once), and
+`replaced` (the pod is gone: the broker aborts the leftover after transaction.timeout.ms plus
+its abort-check interval). Knob: RANKSTREAM_BENCH_FAILOVER_RATE (events/s, default 400).
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+import threading
+import time
+from typing import Any
+
+import orjson
+from confluent_kafka import Consumer, Producer
+
+from bench.api import Children, Servers, api_env, children, private_servers, write_boards
+from bench.common import REPO, BenchError, Result, Row, env_int, git_commit, machine, say, timestamp
+from common.settings import Settings
+from rankstream.topics import ensure_topics
+
+FOLDER = REPO / ".stack" / "bench-failover"
+BOARDS_YAML = "timezone: UTC\ntypes:\n  gift: {windows: [total, day]}\n"
+BOARDS = [f"gift:r{i}" for i in range(24)]
+BAD_EVERY = 10  # one event in ten is bad (no member): the DLQ gets a record every 25 ms at 400/s
+WARM_S, AFTER_S = 8.0, 40.0
+GOAL_S = 10.0
+
+ROWS = [
+    Row(f"{case}.{measure}", "held_s", at_most=True)
+    for case in ("restart", "replaced")
+    for measure in ("partitions_held_s", "readers_held_s")
+]
+
+
+class Stream:
+    """A steady producer; remembers when each bad event was sent, by id."""
+
+    def __init__(self, settings: Settings, rate: int) -> None:
+        self._settings, self._rate = settings, rate
+        self.sent = 0
+        self.good_sent = 0
+        self.bad_sent_at: dict[str, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Stream:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def _run(self) -> None:
+        producer = Producer({"bootstrap.servers": self._settings.kafka_bootstrap, "linger.ms": 2})
+        started = time.monotonic()
+        for n in itertools.count():
+            if self._stop.is_set():
+                break
+            delay = started + n / self._rate - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            board = BOARDS[n % len(BOARDS)]
+            event: dict[str, Any] = {"id": f"e{n}", "board": board, "member": f"m{n % 500}", "score": 1}
+            if n % BAD_EVERY == 0:
+                del event["member"]
+                self.bad_sent_at[event["id"]] = time.monotonic()
+            else:
+                self.good_sent += 1
+            producer.produce(self._settings.topic_updates, orjson.dumps(event), key=board.encode())
+            producer.poll(0)
+            self.sent = n + 1
+        producer.flush(10)
+
+
+class DlqReader:
+    """A read_committed reader of the dead-letter topic: when each bad event reached it."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._consumer = Consumer(
+            {"bootstrap.servers": settings.kafka_bootstrap, "group.id": f"reader-{time.time_ns()}",
+             "auto.offset.reset": "earliest", "isolation.level": "read_committed"}
+        )  # fmt: skip
+        self._consumer.subscribe([settings.topic_dlq])
+        self.seen_at: dict[str, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> DlqReader:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+        self._consumer.close()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for msg in self._consumer.consume(500, 0.1):
+                value = msg.value() if msg.error() is None else None
+                if value:
+                    self.seen_at.setdefault(orjson.loads(value)["id"], time.monotonic())
+
+
+def applied(servers: Servers, settings: Settings) -> int:
+    keys = [f"{settings.key_prefix}{{{b}}}:seq" for b in BOARDS]
+    return sum(int(v or 0) for v in servers.client.mget(keys))
+
+
+def worker(group: Children, settings: Settings, name: str) -> Any:
+    env = api_env(settings, 0, RANKSTREAM_WORKER_ID=name, RANKSTREAM_TOPIC_UPDATES=settings.topic_updates,
+                  RANKSTREAM_TOPIC_DLQ=settings.topic_dlq, RANKSTREAM_WORKER_GROUP=settings.worker_group,
+                  RANKSTREAM_WORKER_HTTP_PORT="0")  # fmt: skip
+    return group.spawn(name, [sys.executable, "-m", "rankstream.cli", "worker"], env)
+
+
+def scenario(servers: Servers, group: Children, settings: Settings, restart: bool, rate: int) -> Result:
+    ensure_topics(settings)
+    with Stream(settings, rate) as stream, DlqReader(settings) as reader:
+        victim = worker(group, settings, "pod-a")
+        worker(group, settings, "pod-b")
+        time.sleep(WARM_S)
+        victim.proc.kill()
+        killed = time.monotonic()
+        good_at_kill = stream.good_sent
+        if restart:
+            worker(group, settings, "pod-a")  # the same pod name: the same transactional.id
+        held = None
+        while time.monotonic() - killed < AFTER_S:
+            if held is None and applied(servers, settings) >= good_at_kill:
+                held = time.monotonic() - killed
+            time.sleep(0.05)
+        if held is None:
+            raise BenchError(f"events produced before the kill not applied within {AFTER_S} s")
+        after = {i: t for i, t in stream.bad_sent_at.items() if t >= killed and t < killed + AFTER_S - 10}
+        waits = [reader.seen_at[i] - t for i, t in after.items() if i in reader.seen_at]
+        if len(waits) < len(after):
+            raise BenchError(f"{len(after) - len(waits)} dead letters never reached the reader")
+        return {
+            "partitions_held_s": round(held, 2),
+            "readers_held_s": round(max(waits), 2),
+            "dead_letters": len(waits),
+        }
+
+
+def run() -> Result:
+    rate = env_int("FAILOVER_RATE", 400)
+    FOLDER.mkdir(parents=True, exist_ok=True)
+    with private_servers(FOLDER / "servers") as servers:
+        boards = write_boards(FOLDER / "boards.yaml", BOARDS_YAML)
+        result: Result = {"when": timestamp(), "commit": git_commit()[0], "machine": machine(), "rate": rate,
+                          "goals": {"held_s": GOAL_S}}  # fmt: skip
+        for name, restart in (("restart", True), ("replaced", False)):
+            settings = servers.settings(boards, f"bf{name}:", name).model_copy(
+                update={"worker_group": f"bench-failover-{name}"}
+            )
+            with children(FOLDER / name) as group:
+                say(f"failover: kill -9 one of two workers ({name})")
+                result[name] = scenario(servers, group, settings, restart, rate)
+        result["goal_met"] = all(result[n][k] <= GOAL_S for n in ("restart", "replaced")
+                                 for k in ("partitions_held_s", "readers_held_s"))  # fmt: skip
+        return result
