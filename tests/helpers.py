@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -130,3 +132,14 @@ def backfill(settings: Settings, client: redis.Redis) -> None:
     publisher = cache_publisher(settings, load_boards(settings.boards), producer, client)
     assert publisher.published >= 0
     producer.flush(10)
+
+
+def http_status(url: str) -> int:
+    """The status of a GET to a local server; 0 when nothing answers."""
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:  # noqa: S310 - loopback
+            return int(resp.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+    except OSError:
+        return 0

@@ -30,7 +30,7 @@ from common.scripts import load_script
 from common.settings import Settings
 from rankstream.stack import free_port
 from rankstream.topics import ensure_topics
-from tests.helpers import backfill, wait_for
+from tests.helpers import backfill, http_status, wait_for
 from worker.apply import Applier
 
 pytestmark = pytest.mark.integration
@@ -82,7 +82,7 @@ def api_server(settings: Settings, rclient) -> Iterator[str]:
         [sys.executable, "-m", "rankstream.cli", "api"], env=env, cwd=ROOT, stderr=subprocess.PIPE
     )
     base = f"http://127.0.0.1:{port}"
-    wait_for(lambda: _status(f"{base}/readyz") == 200, 60, "the API ready")
+    wait_for(lambda: http_status(f"{base}/readyz") == 200, 60, "the API ready")
     yield base
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
@@ -91,16 +91,6 @@ def api_server(settings: Settings, rclient) -> Iterator[str]:
     stderr = proc.stderr.read().decode()
     proc.stderr.close()
     assert "Traceback" not in stderr
-
-
-def _status(url: str) -> int:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as resp:  # noqa: S310 - loopback
-            return int(resp.status)
-    except urllib.error.HTTPError as exc:
-        return int(exc.code)
-    except OSError:
-        return 0
 
 
 def _get(url: str) -> tuple[int, Any]:
@@ -272,7 +262,7 @@ def test_sigterm_drains_requests_in_flight(settings, rclient):
     proc = subprocess.Popen([sys.executable, "-m", "rankstream.cli", "api"], env=env, cwd=ROOT)
     base = f"http://127.0.0.1:{port}"
     try:
-        wait_for(lambda: _status(f"{base}/readyz") == 200, 60, "the API ready")
+        wait_for(lambda: http_status(f"{base}/readyz") == 200, 60, "the API ready")
         result: dict[str, Any] = {}
 
         def slow_request() -> None:

@@ -20,7 +20,7 @@ import orjson
 import pytest
 
 from rankstream.stack import free_port
-from tests.helpers import wait_for
+from tests.helpers import http_status, wait_for
 from tests.integration.test_api_contract import api_env, fill
 
 pytestmark = pytest.mark.integration
@@ -28,16 +28,6 @@ ROOT = Path(__file__).resolve().parents[2]
 DEADLINE_S = 6.0
 TOLERANCE_S = 1.5  # process start/stop noise around the measured exit (what is measured is printed)
 COLD_TOP = "/v1/boards/gift:room7/top"  # not hot (deploy/boards.yaml): read from Redis
-
-
-def _status(url: str) -> int:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as resp:  # noqa: S310 - loopback
-            return int(resp.status)
-    except urllib.error.HTTPError as exc:
-        return int(exc.code)
-    except OSError:
-        return 0
 
 
 class InFlight:
@@ -179,10 +169,10 @@ def test_exits_within_the_deadline_with_redis_paused_under_requests(topics, rcli
     pause_ends: float | None = None
     try:
         if kafka == "reachable":  # the hot board (gift:room42) replayed: its thread follows Kafka
-            wait_for(lambda: _status(f"{base}/readyz") == 200, 60, "the API ready")
+            wait_for(lambda: http_status(f"{base}/readyz") == 200, 60, "the API ready")
         else:  # the replay thread hangs in librdkafka, retrying; the node is alive, never ready
-            wait_for(lambda: _status(f"{base}/livez") == 200, 60, "the API alive")
-            assert _status(f"{base}/readyz") == 503
+            wait_for(lambda: http_status(f"{base}/livez") == 200, 60, "the API alive")
+            assert http_status(f"{base}/readyz") == 503
         upload = StalledUpload(port, "/v1/boards/gift:room7/members/lookup")
         pause_ends = _paused(rclient, DEADLINE_S + 3)
         request = InFlight(base + COLD_TOP).start()
@@ -226,7 +216,7 @@ def test_a_request_blocked_on_redis_past_the_deadline_is_cut(topics, rclient, tm
     api, base = _start(settings, free_port(), tmp_path, RANKSTREAM_SHUTDOWN_DEADLINE_S=str(deadline_s))
     pause_ends: float | None = None
     try:
-        wait_for(lambda: _status(f"{base}/readyz") == 200, 60, "the API ready")
+        wait_for(lambda: http_status(f"{base}/readyz") == 200, 60, "the API ready")
         pause_ends = _paused(rclient, deadline_s + 3)
         request = InFlight(base + COLD_TOP).start()
         time.sleep(0.3)
@@ -256,7 +246,7 @@ def test_a_request_in_flight_is_answered_before_the_exit(topics, rclient, tmp_pa
     fill(settings, rclient)
     api, base = _start(settings, free_port(), tmp_path)
     try:
-        wait_for(lambda: _status(f"{base}/readyz") == 200, 60, "the API ready")
+        wait_for(lambda: http_status(f"{base}/readyz") == 200, 60, "the API ready")
         rclient.execute_command("CLIENT", "PAUSE", "1500", "ALL")  # a short stall: the request waits
         request = InFlight(base + COLD_TOP).start()
         time.sleep(0.4)
