@@ -141,7 +141,16 @@ class WorkerLoop:
     def on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self.assigned -= len(partitions)
         self._settle()  # its transaction commits its offsets; a failure is left for the loop
+        if self._fence is not None:
+            self._fence.on_revoke(partitions)
         _log.info("partitions revoked", extra={"partitions": [p.partition for p in partitions]})
+
+    def on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """Taken away without a revoke (we missed the session timeout): our transaction can't
+        commit them any more, and the next owner must fence us, so nothing is given back."""
+        self.assigned -= len(partitions)
+        self._settle()
+        _log.warning("partitions lost", extra={"partitions": [p.partition for p in partitions]})
 
     # --- the loop -----------------------------------------------------------------------------
     def run(self) -> None:

@@ -105,7 +105,6 @@ def build_loop(settings: Settings, metrics: WorkerMetrics) -> tuple[WorkerLoop, 
         # what exactly-once application depends on: never overridden
         {
             "group.id": settings.worker_group,
-            "client.id": transactional_id,  # how worker/fencing.py tells live members apart
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
             "enable.partition.eof": False,
@@ -165,7 +164,9 @@ def build_loop(settings: Settings, metrics: WorkerMetrics) -> tuple[WorkerLoop, 
         max_future_skew_s=settings.max_future_skew_s,
         shutdown_deadline_s=settings.shutdown_deadline_s,
     )
-    consumer.subscribe([settings.topic_updates], on_assign=loop.on_assign, on_revoke=loop.on_revoke)
+    consumer.subscribe(
+        [settings.topic_updates], on_assign=loop.on_assign, on_revoke=loop.on_revoke, on_lost=loop.on_lost
+    )
     return loop, client
 
 
