@@ -165,7 +165,13 @@ class WorkerLoop:
                 if prepared is not None:
                     self._inflight = (
                         prepared,
-                        self._apply_thread.submit(functools.partial(self.execute, prepared)),
+                        self._apply_thread.submit(
+                            # taken here: on the apply thread it would deadlock against a rebalance
+                            # callback waiting on this very batch (librdkafka's consumer lock)
+                            functools.partial(
+                                self.execute, prepared, self._consumer.consumer_group_metadata()
+                            )
+                        ),
                     )
                     backoff = 0.1
                 continue
@@ -259,7 +265,7 @@ class WorkerLoop:
                 origins[id(event)] = _Origin(msg, index)
         return Prepared(messages, pairs, origins, rejections)
 
-    def execute(self, prepared: Prepared) -> None:
+    def execute(self, prepared: Prepared, group_metadata: object | None = None) -> None:
         """Apply, then in one transaction dead-letter, publish and commit the offsets (the apply
         thread: every producer call happens here)."""
         rejections = list(prepared.rejections)
@@ -290,7 +296,9 @@ class WorkerLoop:
             tally.dead[bad.reason] = tally.dead.get(bad.reason, 0) + 1
         if self._publisher is not None and outcomes:
             self._publisher.publish(outcomes)
-        self._outputs.commit(_next_offsets(prepared.messages), self._consumer.consumer_group_metadata())
+        if group_metadata is None:  # process(): called on the consumer's own thread
+            group_metadata = self._consumer.consumer_group_metadata()
+        self._outputs.commit(_next_offsets(prepared.messages), group_metadata)
         self._count(tally)
 
     def _count(self, tally: _Tally) -> None:
