@@ -149,6 +149,8 @@ def build_loop(settings: Settings, metrics: WorkerMetrics) -> tuple[WorkerLoop, 
             key_prefix=settings.key_prefix,
         )
     applier = Applier(client, boards, settings.key_prefix, settings.dedupe_window_s * 1000)
+    fence = PredecessorFence(settings, client, transactional_id)
+    metrics.watch(lambda: outputs.replaced, lambda: len(fence.fenced))
     loop = WorkerLoop(
         consumer=consumer,
         boards=boards,
@@ -158,7 +160,7 @@ def build_loop(settings: Settings, metrics: WorkerMetrics) -> tuple[WorkerLoop, 
         metrics=metrics,
         deadline=deadline,
         publisher=publisher,
-        fence=PredecessorFence(settings, client, transactional_id),
+        fence=fence,
         batch_size=settings.worker_batch_size,
         batch_timeout_s=settings.worker_batch_timeout_ms / 1000,
         max_future_skew_s=settings.max_future_skew_s,

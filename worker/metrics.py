@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 
@@ -42,3 +44,18 @@ class WorkerMetrics:
         self.lag = Gauge(
             "rankstream_worker_consumer_lag", "Messages behind the partition end", ["partition"], registry=r
         )
+        self.producers_replaced = Gauge(
+            "rankstream_worker_producers_replaced",
+            "Transactional producers replaced because a call overstayed its timeout",
+            registry=r,
+        )
+        self.predecessors_fenced = Gauge(
+            "rankstream_worker_predecessors_fenced",
+            "Transactional ids of workers that died holding partitions, fenced by this one",
+            registry=r,
+        )
+
+    def watch(self, producers_replaced: Callable[[], int], predecessors_fenced: Callable[[], int]) -> None:
+        """Counts kept by the outputs and the fence, read when /metrics is scraped."""
+        self.producers_replaced.set_function(producers_replaced)
+        self.predecessors_fenced.set_function(predecessors_fenced)

@@ -162,6 +162,8 @@ def test_the_worker_taking_a_dead_ones_partitions_fences_it_at_once(oracle_topic
             wait_for(lambda: applied_so_far(rclient, settings) >= target, 180, "every event applied")
             assert survivor._fence is not None
             assert survivor._fence.fenced == [f"{settings.worker_group}-pod-a"]
+            fenced = survivor.metrics.registry.get_sample_value("rankstream_worker_predecessors_fenced")
+            assert fenced == 1
     finally:
         if victim.poll() is None:
             victim.kill()
