@@ -85,9 +85,6 @@ class DeadLetters:
             self._topic, value=value[: max(0, min(TRUNCATED_BYTES, room))], key=key, headers=headers
         )
 
-    def flush(self, timeout: float) -> None:
-        self._sink.flush(timeout)
-
 
 def _capped(text: str) -> bytes:
     return text.encode(errors="replace")[:MAX_TEXT_BYTES]
