@@ -22,7 +22,6 @@ from api.hotboards import HotBoards
 from api.routes import add_routes, json
 from api.state import APP_STATE, ApiState
 from common.boards import BoardsConfig
-from common.deadline import Deadline
 from common.keys import BoardKeys
 from common.settings import Settings
 
@@ -30,14 +29,6 @@ _log = logging.getLogger(__name__)
 # Of the shutdown deadline (api/main.py), kept for what comes after the cleanup steps below:
 EXIT_RESERVE_S = 0.5  # the interpreter's own exit after the last step (Kafka clients destroyed)
 REDIS_CLOSE_S = 0.5  # closing the Redis client, after the replay thread
-
-
-def within(deadline: Deadline, cap: float, keep: float = 0.0) -> float:
-    """How long a shutdown step may wait: its usual `cap`, or less once the deadline runs: what is
-    left less `keep` (what the steps after this one need), or half of what is left if that is more
-    (a small deadline shares what it has rather than starving the last steps)."""
-    left = deadline.remaining()
-    return max(0.0, min(cap, max(left - keep, left / 2)))
 
 
 class InFlight:
@@ -125,10 +116,10 @@ async def follow_hot_boards(app: web.Application) -> AsyncIterator[None]:
     # as the awaited reply arrives, and the loop would go on
     stopping.set()
     task.cancel()
-    await asyncio.wait({task}, timeout=within(state.deadline, 1.0, keep))
+    await asyncio.wait({task}, timeout=state.deadline.timeout(1.0, keep))
     state.hot.request_stop()
     # the join in a thread of its own: it must not stop the loop (cancelled requests unwind)
-    if state.hot.running and not await asyncio.to_thread(state.hot.stop, within(state.deadline, 10.0, keep)):
+    if state.hot.running and not await asyncio.to_thread(state.hot.stop, state.deadline.timeout(10.0, keep)):
         _log.warning("hot-board replay thread still blocked: abandoned")
 
 
@@ -170,7 +161,7 @@ def create_app(settings: Settings, boards: BoardsConfig, client: aioredis.Redis)
 
     async def close_redis(app: web.Application) -> None:
         closing = asyncio.ensure_future(client.aclose())
-        done, _ = await asyncio.wait({closing}, timeout=within(state.deadline, 5.0, EXIT_RESERVE_S))
+        done, _ = await asyncio.wait({closing}, timeout=state.deadline.timeout(5.0, EXIT_RESERVE_S))
         if not done:
             closing.cancel()
             _log.warning("redis client not closed by the deadline: abandoned")

@@ -37,7 +37,7 @@ import redis.asyncio as aioredis
 from aiohttp import web
 from aiohttp.http_exceptions import BadHttpMessage
 
-from api.app import IN_FLIGHT, create_app, within
+from api.app import IN_FLIGHT, create_app
 from api.state import APP_STATE
 from common.boards import load_boards
 from common.deadline import Deadline
@@ -91,7 +91,7 @@ async def _drain(runner: web.AppRunner, reserve: float) -> None:
         runner.server.pre_shutdown()  # idle keep-alive connections close, busy ones after their answer
     state.hot.request_stop()
     busy = in_flight.count
-    if await in_flight.wait_idle(within(state.deadline, math.inf, reserve)):
+    if await in_flight.wait_idle(state.deadline.timeout(math.inf, reserve)):
         seconds = round(time.monotonic() - started, 3)
         _log.info("requests in flight drained", extra={"requests": busy, "seconds": seconds})
     else:

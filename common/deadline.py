@@ -25,9 +25,12 @@ class Deadline:
     def remaining(self) -> float:
         return math.inf if self._end is None else max(0.0, self._end - time.monotonic())
 
-    def timeout(self, cap: float) -> float:
-        """What a blocking call may wait: its usual `cap`, or less once the deadline runs."""
-        return min(cap, self.remaining())
+    def timeout(self, cap: float, keep: float = 0.0) -> float:
+        """What a blocking call may wait: its usual `cap`, or less once the deadline runs: what is
+        left less `keep` (what the steps after this one need), or half of what is left if that is
+        more (a small deadline shares what it has rather than starving the last steps)."""
+        left = self.remaining()
+        return max(0.0, min(cap, max(left - keep, left / 2)))
 
     @property
     def expired(self) -> bool:

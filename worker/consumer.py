@@ -328,8 +328,7 @@ class WorkerLoop:
             self._settle()
         if self.abandoned or self.deadline.expired:
             return
-        if self._inflight is None:
-            self._outputs.abort()
+        self._outputs.abort()
         closer = threading.Thread(target=self._consumer.close, name="consumer-close", daemon=True)
         closer.start()
         closer.join(None if math.isinf(self.deadline.remaining()) else self.deadline.remaining())

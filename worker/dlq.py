@@ -64,7 +64,7 @@ class DeadLetters:
                 (HEADER_ERROR_TEXT, _capped(str(error))),
             ]
         value, key = msg.value() or b"", msg.key()
-        size = len(value) + len(key or b"") + sum(len(k) + len(v) for k, v in headers) + RECORD_OVERHEAD
+        size = len(value) + len(key or b"") + _header_bytes(headers) + RECORD_OVERHEAD
         if size > self._max:
             self._produce_truncated(value, key, headers)
         else:
@@ -80,10 +80,14 @@ class DeadLetters:
         headers = [*headers, (HEADER_TRUNCATED, b"1"), (HEADER_ORIGINAL_SIZE, str(len(value)).encode())]
         key = None if key is None else key[:MAX_KEY_BYTES]
         # 64 KiB, or less where even that would not fit (a topic limit below ~70 KB)
-        room = self._max - RECORD_OVERHEAD - len(key or b"") - sum(len(k) + len(v) for k, v in headers)
+        room = self._max - RECORD_OVERHEAD - len(key or b"") - _header_bytes(headers)
         self._sink.produce(
             self._topic, value=value[: max(0, min(TRUNCATED_BYTES, room))], key=key, headers=headers
         )
+
+
+def _header_bytes(headers: list[Header]) -> int:
+    return sum(len(k) + len(v) for k, v in headers)
 
 
 def _capped(text: str) -> bytes:

@@ -51,22 +51,18 @@ def lag_reporter(metrics: WorkerMetrics) -> Callable[[str], None]:
     return on_stats
 
 
-def cache_partitions(settings: Settings, producer: Producer) -> int:
-    topic = producer.list_topics(settings.topic_cache, timeout=10).topics.get(settings.topic_cache)
-    if topic is None or topic.error is not None or not topic.partitions:
-        raise InfrastructureError(f"topic {settings.topic_cache} is missing: run `rankstream topics`")
-    return len(topic.partitions)
-
-
 def cache_publisher(
     settings: Settings, boards: BoardsConfig, producer: Producer, client: redis.Redis
 ) -> CachePublisher:
     """A publisher over a plain (acknowledged) producer that backfills every hot board not yet
     backfilled: what a worker does before it consumes, and `rankstream backfill` by hand."""
+    topic = producer.list_topics(settings.topic_cache, timeout=10).topics.get(settings.topic_cache)
+    if topic is None or topic.error is not None or not topic.partitions:
+        raise InfrastructureError(f"topic {settings.topic_cache} is missing: run `rankstream topics`")
     publisher = CachePublisher(
         Deliveries(producer, "update_cache"),
         settings.topic_cache,
-        partitions=cache_partitions(settings, producer),
+        partitions=len(topic.partitions),
         boards=boards,
         client=client,
         key_prefix=settings.key_prefix,
@@ -137,17 +133,10 @@ def build_loop(settings: Settings, metrics: WorkerMetrics) -> tuple[WorkerLoop, 
     outputs.init()
     publisher = None
     if boards.hot:
+        # the backfill on a plain producer (it may outgrow a transaction), live records in the
+        # batches' transactions
         backfill_producer = kafka_producer(settings, {"enable.idempotence": True, "acks": "all"})
-        cache_publisher(settings, boards, backfill_producer, client)
-        backfill_producer.flush(10)
-        publisher = CachePublisher(
-            outputs,
-            settings.topic_cache,
-            partitions=cache_partitions(settings, backfill_producer),
-            boards=boards,
-            client=client,
-            key_prefix=settings.key_prefix,
-        )
+        publisher = cache_publisher(settings, boards, backfill_producer, client).over(outputs)
     applier = Applier(client, boards, settings.key_prefix, settings.dedupe_window_s * 1000)
     fence = PredecessorFence(settings, client, transactional_id)
     metrics.watch(lambda: outputs.replaced, lambda: len(fence.fenced))

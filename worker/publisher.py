@@ -47,6 +47,19 @@ class CachePublisher:
         self._sink = sink
         self.published = 0
 
+    def over(self, sink: Sink) -> CachePublisher:
+        """The same publisher producing through `sink` (the boards it knows are backfilled kept)."""
+        twin = CachePublisher(
+            sink,
+            self._topic,
+            partitions=self._partitions,
+            boards=self._boards,
+            client=self._client,
+            key_prefix=self._prefix,
+        )
+        twin._backfilled = set(self._backfilled)
+        return twin
+
     def produce(self, board: str, key: bytes, value: bytes) -> None:
         partition = partition_for(board, self._partitions)
         self._sink.produce(self._topic, value=value, key=key, partition=partition)
