@@ -6,7 +6,14 @@ board lives in one Cluster slot and one script may touch all of it.
     <prefix>{<board>}:z:<instance>     ranking zset (score, tie-encoded member), top max_members
     <prefix>{<board>}:o:<instance>     overflow zset: members beyond max_members (same encoding)
     <prefix>{<board>}:h:<instance>     hash member -> "<score>|<tie ms>": exact state of every member
-    <prefix>{<board>}:id:<event id>    dedupe record, lives for the dedupe window
+    <prefix>{<board>}:fence            hash: `e` -> the epoch the board was written in; per source
+                                       `<topic>:<partition>` -> "<topic id>|<offset>|<array index+1>"
+                                       of the last event applied, and `<source>!r` -> positions the
+                                       script rejected since the source's last commit (apply.lua)
+    <prefix>{<board>}:i                id window directory (common/lua/idwindow.lua)
+    <prefix>{<board>}:i:<d>:<p>        id window bucket: hash id fingerprint -> applied-at second
+    <prefix>{<board>}:id:<event id>    the previous release's per-event dedupe record: read (and
+                                       written) only while adopting that release's boards
     <prefix>{<board>}:hot              set once the board's state is backfilled into update_cache
     <prefix>{<board>}:hot:lock         held by the worker backfilling it
 
@@ -14,6 +21,10 @@ board lives in one Cluster slot and one script may touch all of it.
 
     <prefix>{owners:<group>}:<topic>   hash partition -> transactional id of the worker that
                                        last took it (worker/fencing.py)
+    <prefix>{sources:<group>}:<topic>  hash: `epoch` -> this Redis dataset's epoch; per partition
+                                       "<topic id>|<last offset applied>" (worker/sources.py);
+                                       `legacy_until` -> ms until which the previous release's
+                                       dedupe records are honoured
 """
 
 from __future__ import annotations
@@ -54,7 +65,15 @@ class BoardKeys:
     def state(self, instance: str) -> str:
         return f"{self.tag}:h:{instance}"
 
-    def dedupe(self, event_id: str) -> str:
+    @property
+    def fence(self) -> str:
+        return f"{self.tag}:fence"
+
+    @property
+    def id_window(self) -> str:
+        return f"{self.tag}:i"
+
+    def legacy_id(self, event_id: str) -> str:
         return f"{self.tag}:id:{event_id}"
 
     @property
@@ -73,3 +92,8 @@ class BoardKeys:
 def partition_owners(prefix: str, group: str, topic: str) -> str:
     """Which worker (transactional id) last took each partition of `topic` in `group`."""
     return f"{prefix}{{owners:{group}}}:{topic}"
+
+
+def partition_sources(prefix: str, group: str, topic: str) -> str:
+    """The epoch and, per partition of `topic`, the last offset `group` applied (worker/sources.py)."""
+    return f"{prefix}{{sources:{group}}}:{topic}"

@@ -24,6 +24,7 @@ class Call:
 
     keys: Sequence[KeyT]
     args: Sequence[ArgT]
+    ids: Sequence[str] = ()  # the event ids it carries, for logs and tests; not sent
 
 
 @dataclass
@@ -69,7 +70,17 @@ class LuaScript:
         return pipe.execute(raise_on_error=False)
 
 
+INCLUDE = "--! include "
+
+
+def _read(name: str) -> str:
+    return resources.files("common").joinpath("lua", f"{name}.lua").read_text(encoding="utf-8")
+
+
 @cache
 def load_script(name: str) -> LuaScript:
-    source = resources.files("common").joinpath("lua", f"{name}.lua").read_text(encoding="utf-8")
-    return LuaScript(name, source)
+    """common/lua/<name>.lua, with the files its `--! include <lib>` lines name prepended (Redis
+    runs one source per script: the libraries are concatenated ahead of it)."""
+    source = _read(name)
+    libs = [line[len(INCLUDE) :].strip() for line in source.splitlines() if line.startswith(INCLUDE)]
+    return LuaScript(name, "".join(_read(lib) + "\n" for lib in libs) + source)

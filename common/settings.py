@@ -39,7 +39,11 @@ class Settings(BaseModel):
     worker_id: str = Field(default="", pattern=r"^[A-Za-z0-9._-]{0,200}$")
     # Prefix of every Redis key: lets several deployments (or tests) share one Redis.
     key_prefix: str = "rs:"
-    # How long an event id is remembered; keep it >= the update_rank topic retention.
+    # The id window (CONTRACT 2): the same (board, id) produced again less than this after it was
+    # applied is dropped as a producer duplicate. Redelivery never depends on it (offset fences).
+    id_window_s: int = Field(default=3600, ge=1, le=30 * 86_400)
+    # The previous release's per-event dedupe records lived this long; while its boards are adopted
+    # (for one id window after the upgrade) the worker honours and writes them with this TTL.
     dedupe_window_s: int = Field(default=7 * 24 * 3600, ge=60)
     # Latest accepted event time = now + this (CONTRACT 2); also bounds the API's at= and period=.
     max_future_skew_s: int = Field(default=86_400, ge=0, le=366 * 86_400)

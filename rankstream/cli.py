@@ -77,6 +77,20 @@ def _backfill(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def _recover(args: argparse.Namespace, settings: Settings) -> int:
+    from rankstream.recover import recover
+
+    print("\n".join(recover(settings)))
+    return 0
+
+
+def _accept_redis(args: argparse.Namespace, settings: Settings) -> int:
+    from rankstream.recover import accept_redis
+
+    print("\n".join(accept_redis(settings)))
+    return 0
+
+
 def _api_url(args: argparse.Namespace, settings: Settings) -> str:
     return str(args.api or f"http://127.0.0.1:{settings.api_port}")
 
@@ -106,6 +120,15 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser(
         "backfill", help="publish hot boards' current state to update_cache (workers also do it at start)"
     ).set_defaults(func=_backfill)
+
+    sub.add_parser(
+        "recover",
+        help="after restoring Redis from a backup: rewind the workers' group to what Redis holds",
+    ).set_defaults(func=_recover)
+    sub.add_parser(
+        "accept-redis",
+        help="start from what Redis holds now (e.g. empty after a loss): unblocks the workers",
+    ).set_defaults(func=_accept_redis)
 
     stack = sub.add_parser("stack", help="local Kafka + Redis without Docker (prepare | up | down | status)")
     stack.add_argument("action", choices=["prepare", "up", "down", "status"])

@@ -20,8 +20,9 @@ from hypothesis import strategies as st
 from hypothesis.control import currently_in_test_context
 
 from common.boards import parse_boards
-from common.events import parse_message, ts_ceiling
-from worker.apply import Applier, MemberState, Outcome, Status
+from common.events import UpdateEvent, parse_message, ts_ceiling
+from common.idwindow import fingerprint
+from worker.apply import Applier, MemberState, Outcome, Position, Source, Status
 
 # --- the contract's numbers, written out (and checked against the product's constants) ---------
 
@@ -33,7 +34,8 @@ MAX_MEMBER = 128
 MAX_META = 1024
 MAX_ARRAY = 500
 SKEW_S = 86_400  # the default allowed future skew
-DEDUPE_TTL_MS = 3_600_000
+ID_WINDOW_S = 3600
+SOURCE = Source("src", 0, "topic-id", -1)  # every case's messages come from one partition
 HOUR_MS = 3_600_000
 DAY_MS = 86_400_000
 
@@ -254,6 +256,7 @@ class BoardModel:
     spec: TypeSpec
     seq: int = 0
     ids: set[str] = field(default_factory=set)
+    fenced: bool = False  # an event of the board reached apply.lua with a position
     meta: dict[str, Any] = field(default_factory=dict)
     members: dict[str, dict[str, tuple[float, int]]] = field(default_factory=dict)
     expiry: dict[str, int] = field(default_factory=dict)  # calendar instance -> expire-at ms
@@ -290,6 +293,7 @@ class Model:
         board, member = event["board"], event["member"]
         spec = self.specs[board.split(":", 1)[0]]
         state = self.boards.setdefault(board, BoardModel(spec))
+        state.fenced = True
         op = event.get("op", "incr")
         score = float(event.get("score", 0))
         instances, late = self.instances(spec, ts)
@@ -391,21 +395,29 @@ def run_case(case: Case, client: redis.Redis, key_prefix: str) -> None:
 def _run_case(case: Case, client: redis.Redis, key_prefix: str) -> None:
     prefix = f"{key_prefix}p{next(_examples)}:"
     boards = parse_boards(case.config())
-    applier = Applier(client, boards, prefix, DEDUPE_TTL_MS, now_ms=lambda: case.now)
+    applier = Applier(client, boards, prefix, ID_WINDOW_S, now_ms=lambda: case.now, epoch="E")
     max_ts = ts_ceiling(SKEW_S, case.now)
     model = Model(case)
+    firsts: list[Status] = []
+    calls: list[tuple[list[tuple[UpdateEvent, int]], list[Position | None]]] = []
+    offset = 0
     for batch in case.batches:
-        pairs = []
+        pairs: list[tuple[UpdateEvent, int]] = []
+        positions: list[Position | None] = []
         expected: dict[int, Expected] = {}
         for message in batch:
             parsed = parse_message(message.value(), boards, max_ts)
             assert parsed.rejections == (), message
             assert len(parsed.events) == len(message.events)
-            for update, raw in zip(parsed.events, message.events, strict=True):
+            for update, raw, index in zip(parsed.events, message.events, parsed.indexes, strict=True):
                 ts = update.ts if update.ts is not None else message.kafka_ts
                 pairs.append((update, ts))
+                positions.append(Position(SOURCE, offset, index))
                 expected[id(update)] = model.apply(raw, ts)
-        outcomes, failures = applier.apply_isolated(pairs)
+                firsts.append(expected[id(update)].status)
+            offset += 1
+        calls.append((pairs, positions))
+        outcomes, failures = applier.apply_isolated(pairs, positions)
         assert failures == []
         for expect in expected.values():
             _event(f"status {expect.status.name}")
@@ -414,6 +426,10 @@ def _run_case(case: Case, client: redis.Redis, key_prefix: str) -> None:
         assert sorted(id(o.event) for o in outcomes) == sorted(expected)
         for outcome in outcomes:
             _check_outcome(outcome, expected[id(outcome.event)], outcome.event.board == case.hot)
+    # every batch delivered again: nothing changes, and each event reports what it did the first time
+    again = [o.status for pairs, where in calls for o in _in_order(applier.apply(pairs, where), pairs)]
+    redelivered = [s if s is Status.OUT_OF_RANGE else Status.REDELIVERED for s in firsts]
+    _eq(again, redelivered, "redelivered statuses")
     _event(f"zone {case.zone}")
     found = compare_redis(client, prefix, model)
     for start in range(0, len(found), 500):
@@ -434,9 +450,12 @@ def compare_redis(client: redis.Redis, prefix: str, model: Model) -> list[str]:
         if state.meta:
             wanted.add(f"{tag}:meta")
             reads.append(("hgetall", f"{tag}:meta", partial(_check_meta, want=state.meta)))
-        for event_id in state.ids:
-            wanted.add(f"{tag}:id:{event_id}")
-            reads.append(("pttl", f"{tag}:id:{event_id}", _check_id_ttl))
+        buckets = [k for k in found if k.startswith(f"{tag}:i:")]  # common/lua/idwindow.lua
+        wanted.update(buckets, [f"{tag}:i"] if len(buckets) > 1 else [])
+        _check_ids(client, buckets, state.ids)
+        if state.fenced:
+            wanted.add(f"{tag}:fence")
+            reads.append(("hgetall", f"{tag}:fence", _check_fence))
         for instance, members in state.members.items():
             if not members:
                 continue
@@ -476,7 +495,26 @@ def _check_seq(got: bytes, want: int) -> None:
 
 
 def _check_id_ttl(got: int) -> None:
-    assert 0 < got <= DEDUPE_TTL_MS, f"the id is remembered for {got} ms"
+    assert 0 < got <= (ID_WINDOW_S + 1) * 1000, f"the id window is kept for {got} ms"
+
+
+def _check_ids(client: redis.Redis, buckets: list[str], want: set[str]) -> None:
+    got: set[bytes] = set()
+    for bucket in buckets:
+        got.update(k.encode() if isinstance(k, str) else k for k in client.hkeys(bucket))
+        _check_id_ttl(client.pttl(bucket))
+    _eq(got, {fingerprint(i) for i in want}, "remembered id fingerprints")
+
+
+def _check_fence(got: Mapping[bytes, bytes]) -> None:
+    _eq(got[b"e"], b"E", "fence epoch")
+    assert _text(got[SOURCE.field.encode()]).startswith(f"{SOURCE.topic_id}|"), got
+
+
+def _in_order(outcomes: Sequence[Outcome], pairs: Sequence[tuple[UpdateEvent, int]]) -> list[Outcome]:
+    """Outcomes come back per board; this puts them back in stream order."""
+    by_event = {id(o.event): o for o in outcomes}
+    return [by_event[id(event)] for event, _ in pairs]
 
 
 def _eq(got: object, want: object, what: str) -> None:

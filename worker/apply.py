@@ -1,5 +1,6 @@
 """Applies validated events to Redis: one apply.lua call per board chunk, all chunks of a
-batch in one pipelined round trip."""
+batch in one pipelined round trip. Each event carries its position (source partition, offset,
+array index) for the board's offset fence, and its id fingerprint for the id window."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from typing import Any
 import redis
 
 from common.boards import BoardsConfig, BoardType, WindowKind
+from common.errors import InfrastructureError
 from common.events import UpdateEvent
+from common.idwindow import LISTPACK_CAP, fingerprint
 from common.keys import TOTAL_INSTANCE, BoardKeys, window_instance
 from common.periods import CALENDAR_KINDS, PeriodCache, expire_at_ms
 from common.ranking import format_score, tie_mode
@@ -24,9 +27,41 @@ MAX_INSTANCES_PER_CALL = 48  # the window mask is a Lua double: 53 exact bits
 
 
 class Status(IntEnum):
-    DUPLICATE = 0
+    DUPLICATE = 0  # the id was applied less than the id window ago (a producer retry)
     APPLIED = 1
-    OUT_OF_RANGE = 2
+    OUT_OF_RANGE = 2  # rejected by the script (also when redelivered: the fence remembers)
+    REDELIVERED = 3  # at or before the board's fence for its source: already handled
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    """A partition events come from, as the fences know it."""
+
+    topic: str
+    partition: int
+    topic_id: str  # a recreated topic has a new id: its fences start over
+    low_water: int  # the last offset committed (-1: none): rejections at or below it are forgotten
+
+    @property
+    def field(self) -> str:
+        return f"{self.topic}:{self.partition}"
+
+
+@dataclass(frozen=True, slots=True)
+class Position:
+    """Where an event sits in the stream: its message's source and offset, its array index."""
+
+    source: Source
+    offset: int
+    index: int | None  # None: the message is one object
+
+
+class EpochMismatch(InfrastructureError):
+    """A board's fence was written in another epoch of the Redis data set than the worker's."""
+
+    def __init__(self, board: str, found: str, expected: str) -> None:
+        super().__init__(f"board {board} was written in epoch {found}, Redis' epoch is {expected}")
+        self.board = board
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +106,7 @@ class _Entry:
     mask: int  # bit i: the event counts in the chunk's i-th instance
     names: list[str]  # the instances it counts in
     late: int  # windows it missed because their period closed beyond late_grace
+    position: Position | None
 
 
 @dataclass
@@ -81,17 +117,30 @@ class _Chunk:
     board_type: BoardType
     instances: dict[str, tuple[int, int]] = field(default_factory=dict)  # instance -> (bit, expire)
     events: list[_Entry] = field(default_factory=list)
+    sources: dict[str, tuple[int, Source]] = field(default_factory=dict)  # field -> (number, source)
 
     def fits(self, pairs: list[tuple[str, int]]) -> bool:
         new = sum(1 for name, _ in pairs if name not in self.instances)
         return len(self.events) < MAX_EVENTS_PER_CALL and len(self.instances) + new <= MAX_INSTANCES_PER_CALL
 
-    def add(self, event: UpdateEvent, ts: int, pairs: list[tuple[str, int]], late: int) -> None:
+    def add(
+        self, event: UpdateEvent, ts: int, pairs: list[tuple[str, int]], late: int, position: Position | None
+    ) -> None:
         mask = 0
         for name, expire in pairs:
             bit, _ = self.instances.setdefault(name, (len(self.instances), expire))
             mask |= 1 << bit
-        self.events.append(_Entry(event, ts, mask, [name for name, _ in pairs], late))
+        if position is not None:
+            source = position.source
+            self.sources.setdefault(source.field, (len(self.sources) + 1, source))
+        self.events.append(_Entry(event, ts, mask, [name for name, _ in pairs], late, position))
+
+    def where(self, position: Position | None) -> int:
+        """apply.lua's `where`: source number * 1000 + array index + 1 (0: no position)."""
+        if position is None:
+            return 0
+        number, _ = self.sources[position.source.field]
+        return number * 1000 + (0 if position.index is None else position.index + 1)
 
 
 def parse_state(raw: bytes | str) -> MemberState | None:
@@ -110,14 +159,20 @@ class Applier:
         client: redis.Redis,
         boards: BoardsConfig,
         key_prefix: str,
-        dedupe_ttl_ms: int,
+        id_window_s: int,
+        *,
         now_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+        epoch: str = "unmanaged",
     ) -> None:
         self._client = client
         self._boards = boards
         self._prefix = key_prefix
-        self._ttl = dedupe_ttl_ms
+        self._window_s = id_window_s
         self._now_ms = now_ms
+        # what worker/sources.py learns from Redis before each batch
+        self.epoch = epoch  # the Redis data set's epoch, written into and checked against fences
+        self.legacy_ttl_ms = 0  # > 0 while adopting the previous release's boards (its id records)
+        self.listpack_cap = LISTPACK_CAP
         self._periods = PeriodCache(boards.timezone)
         self._slot_cache: dict[str, _Slots] = {}
         self._script = load_script("apply")
@@ -152,12 +207,17 @@ class Applier:
         out = [(name, expire) for name, expire, late_after in slots if now < late_after]
         return out, len(slots) - len(out)
 
-    def _chunks(self, events: Sequence[tuple[UpdateEvent, int]], failures: list[Failure]) -> list[_Chunk]:
+    def _chunks(
+        self,
+        events: Sequence[tuple[UpdateEvent, int]],
+        positions: Sequence[Position | None],
+        failures: list[Failure],
+    ) -> list[_Chunk]:
         """Board chunks in stream order; an event whose windows can't even be computed fails alone."""
         now = self._now_ms()
         open_chunks: dict[str, _Chunk] = {}
         chunks: list[_Chunk] = []
-        for event, ts in events:
+        for (event, ts), position in zip(events, positions, strict=True):
             try:
                 board_type = self._boards.type_for(event.board_type)
                 assert board_type is not None  # the parser resolved it
@@ -170,47 +230,65 @@ class Applier:
                 chunk = _Chunk(event.board, board_type)
                 open_chunks[event.board] = chunk
                 chunks.append(chunk)
-            chunk.add(event, ts, pairs, late)
+            chunk.add(event, ts, pairs, late, position)
         return chunks
 
     def _call(self, chunk: _Chunk, want_state: bool) -> Call:
         keys = BoardKeys(self._prefix, chunk.board)
         board_type = chunk.board_type
-        key_list: list[str] = [keys.seq, keys.meta]
+        key_list: list[str] = [keys.seq, keys.meta, keys.fence, keys.id_window]
         for name in chunk.instances:
             key_list += [keys.rank(name), keys.overflow(name), keys.state(name)]
-        key_list += [keys.dedupe(entry.event.id) for entry in chunk.events]
-        args: list[str | int] = [len(chunk.instances), len(chunk.events), tie_mode(board_type).value]
-        args += ["1" if board_type.order.value == "desc" else "0", board_type.max_members or 0, self._ttl]
-        args += ["1" if want_state else "0", *(expire for _, expire in chunk.instances.values())]
+        legacy = self.legacy_ttl_ms > 0
+        args: list[str | int | bytes] = [len(chunk.instances), len(chunk.events), tie_mode(board_type).value]
+        args += ["1" if board_type.order.value == "desc" else "0", board_type.max_members or 0]
+        args += [
+            "1" if want_state else "0",
+            self.epoch,
+            self._window_s,
+            self.listpack_cap,
+            self.legacy_ttl_ms,
+        ]
+        args.append(len(chunk.sources))
+        for _, source in chunk.sources.values():
+            args += [source.field, source.topic_id, source.low_water]
+        args += [expire for _, expire in chunk.instances.values()]
         for entry in chunk.events:
-            event = entry.event
+            event, position = entry.event, entry.position
             meta = event.meta.decode() if event.meta is not None else ""
             args += [event.op.value, event.member, format_score(event.score), entry.ts, meta, entry.mask]
-        return Call(key_list, args)
+            args += [0 if position is None else position.offset, chunk.where(position), fingerprint(event.id)]
+            if legacy:
+                args.append(event.id)
+        return Call(key_list, args, [entry.event.id for entry in chunk.events])
 
-    def apply(self, events: Sequence[tuple[UpdateEvent, int]]) -> list[Outcome]:
+    def apply(
+        self, events: Sequence[tuple[UpdateEvent, int]], positions: Sequence[Position | None] | None = None
+    ) -> list[Outcome]:
         """Apply and return the outcomes; raise the first failure (for callers that own the data)."""
-        outcomes, failures = self.apply_isolated(events)
+        outcomes, failures = self.apply_isolated(events, positions)
         if failures:
             raise failures[0].error
         return outcomes
 
     def apply_isolated(
-        self, events: Sequence[tuple[UpdateEvent, int]]
+        self, events: Sequence[tuple[UpdateEvent, int]], positions: Sequence[Position | None] | None = None
     ) -> tuple[list[Outcome], list[Failure]]:
-        """Apply (event, effective ts) pairs. Outcomes come back per board in stream order;
-        failures are events that raised something other than an infrastructure fault (those
-        propagate: the caller rewinds and retries the batch)."""
+        """Apply (event, effective ts) pairs, at their stream positions (None: no fence, for
+        callers outside the stream). Outcomes come back per board in stream order; failures are
+        events that raised something other than an infrastructure fault (those propagate: the
+        caller rewinds and retries the batch)."""
         failures: list[Failure] = []
         outcomes: list[Outcome] = []
-        for round_ in _rounds(self._chunks(events, failures)):
+        if positions is None:
+            positions = [None] * len(events)
+        for round_ in _rounds(self._chunks(events, positions, failures)):
             wants = [bool(self._boards.hot_windows(chunk.board)) for chunk in round_]
             calls = [self._call(c, w) for c, w in zip(round_, wants, strict=True)]
             results = self._script.run_many(self._client, calls, raise_on_error=False)
             for chunk, want, reply in zip(round_, wants, results, strict=True):
                 try:
-                    outcomes += _decode(chunk, want, reply)
+                    outcomes += _decode(chunk, want, reply, self.epoch)
                 except Exception as exc:
                     if is_infrastructure(exc):
                         raise
@@ -223,12 +301,13 @@ class Applier:
         outcomes: list[Outcome] = []
         for entry in chunk.events:
             single = _Chunk(chunk.board, chunk.board_type)
-            single.add(entry.event, entry.ts, [(n, chunk.instances[n][1]) for n in entry.names], entry.late)
+            pairs = [(n, chunk.instances[n][1]) for n in entry.names]
+            single.add(entry.event, entry.ts, pairs, entry.late, entry.position)
             try:
                 (reply,) = self._script.run_many(
                     self._client, [self._call(single, want)], raise_on_error=False
                 )
-                outcomes += _decode(single, want, reply)
+                outcomes += _decode(single, want, reply, self.epoch)
             except Exception as exc:
                 if is_infrastructure(exc):
                     raise
@@ -250,10 +329,13 @@ def _rounds(chunks: list[_Chunk]) -> list[list[_Chunk]]:
     return rounds
 
 
-def _decode(chunk: _Chunk, want: bool, reply: list[Any] | Exception) -> list[Outcome]:
+def _decode(chunk: _Chunk, want: bool, reply: list[Any] | Exception, epoch: str) -> list[Outcome]:
     """The outcomes of one call; the call's error reply, if it failed, is raised here."""
     if isinstance(reply, Exception):
         raise reply
+    if reply and int(reply[0]) == -1:
+        found = reply[1].decode() if isinstance(reply[1], bytes) else str(reply[1])
+        raise EpochMismatch(chunk.board, found, epoch)
     outcomes: list[Outcome] = []
     pos = 0
     for entry in chunk.events:

@@ -33,19 +33,21 @@ from common.deadline import Deadline
 from common.errors import BadEvent
 from common.events import Reason, UpdateEvent, parse_message, ts_ceiling, ts_out_of_range
 from common.kafka_types import MessageLike, consume_available
-from worker.apply import Applier, Outcome, Status
+from worker.apply import Applier, EpochMismatch, Outcome, Position, Status
 from worker.dlq import DeadLetters
 from worker.faults import is_infrastructure
 from worker.fencing import PredecessorFence
 from worker.metrics import WorkerMetrics
 from worker.outputs import ProducerFenced, TransactionalOutputs
 from worker.publisher import CachePublisher
+from worker.sources import Blocked, SourceGuard
 from worker.threads import DaemonThread
 
 _log = logging.getLogger(__name__)
 MAX_BACKOFF_S = 5.0
 EXIT_RESERVE_S = 0.5  # of the shutdown deadline, for what follows the loop (logs, interpreter exit)
 SETTLE_SLICE_S = 0.1  # how often a wait for the batch in flight looks for a SIGTERM
+RECHECK_BLOCKED_S = 5.0  # how often a partition blocked by worker/sources.py is looked at again
 
 # (message, why, what raised for internal_error)
 Rejection = tuple[MessageLike, BadEvent, BaseException | None]
@@ -63,6 +65,7 @@ class Prepared:
 
     messages: Sequence[MessageLike]
     pairs: list[tuple[UpdateEvent, int]]
+    positions: list[Position | None]
     origins: dict[int, _Origin]
     rejections: list[Rejection]
 
@@ -71,6 +74,7 @@ class Prepared:
 class _Tally:
     applied: int = 0
     duplicate: int = 0
+    redelivered: int = 0
     late: int = 0
     dead: dict[str, int] = field(default_factory=dict)
 
@@ -98,6 +102,7 @@ class WorkerLoop:
         deadline: Deadline,
         publisher: CachePublisher | None = None,
         fence: PredecessorFence | None = None,
+        guard: SourceGuard | None = None,
         batch_size: int,
         batch_timeout_s: float,
         max_future_skew_s: int,
@@ -110,6 +115,9 @@ class WorkerLoop:
         self._dlq = dead_letters
         self._publisher = publisher
         self._fence = fence
+        self._guard = guard
+        self.guard = guard
+        self._rechecked = 0.0
         self.metrics = metrics
         self.deadline = deadline
         self._batch_size = batch_size
@@ -134,6 +142,8 @@ class WorkerLoop:
     # --- rebalance callbacks (run inside consume()) -------------------------------------------
     def on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self.assigned += len(partitions)
+        if self._guard is not None:
+            self._guard.on_assign(consumer, partitions)
         if self._fence is not None:
             self._fence.on_assign(partitions)
         _log.info("partitions assigned", extra={"partitions": [p.partition for p in partitions]})
@@ -141,6 +151,7 @@ class WorkerLoop:
     def on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self.assigned -= len(partitions)
         self._settle()  # its transaction commits its offsets; a failure is left for the loop
+        self._forget(partitions)
         if self._fence is not None:
             self._fence.on_revoke(partitions)
         _log.info("partitions revoked", extra={"partitions": [p.partition for p in partitions]})
@@ -150,7 +161,13 @@ class WorkerLoop:
         commit them any more, and the next owner must fence us, so nothing is given back."""
         self.assigned -= len(partitions)
         self._settle()
+        self._forget(partitions)
         _log.warning("partitions lost", extra={"partitions": [p.partition for p in partitions]})
+
+    def _forget(self, partitions: list[TopicPartition]) -> None:
+        if self._guard is not None:
+            self._guard.on_revoke(partitions)
+            self.metrics.set_blocked(self._guard.blocked.values())
 
     # --- the loop -----------------------------------------------------------------------------
     def run(self) -> None:
@@ -161,7 +178,11 @@ class WorkerLoop:
             messages = [m for m in batch if not self._is_error(m)]
             prepared = self.prepare(messages) if messages else None  # overlaps the apply in flight
             self._settle()
+            if not self._to_rewind and prepared is not None and not self._admit(prepared):
+                self._rewind(prepared.messages)
+                continue
             if not self._to_rewind:
+                self._recheck_blocked()
                 if prepared is not None:
                     self._inflight = (
                         prepared,
@@ -182,6 +203,58 @@ class WorkerLoop:
             backoff = min(backoff * 2, MAX_BACKOFF_S)
         self._settle()
 
+    def _admit(self, prepared: Prepared) -> bool:
+        """Redis still holds what the commits say (worker/sources.py)? Partitions that fail are
+        paused; the batch is then rewound whole and its other partitions come back."""
+        if self._guard is None or not prepared.messages:
+            return True
+        try:
+            blocked = self._guard.check(self._consumer, {m.partition() or 0 for m in prepared.messages})
+        except Exception as exc:  # noqa: BLE001 - Redis or Kafka away: the batch goes back, as any fault
+            self.metrics.retries.inc()
+            self._to_rewind.extend(prepared.messages)
+            _log.warning("could not check Redis' epoch", extra={"error": f"{type(exc).__name__}: {exc}"})
+            return True
+        if blocked:
+            self._block(prepared, blocked)
+        return not blocked
+
+    def _block(self, prepared: Prepared, blocked: Sequence[Blocked]) -> None:
+        boards: dict[int, str] = {}
+        for event, _ in prepared.pairs:
+            origin = prepared.origins[id(event)]
+            boards.setdefault(origin.msg.partition() or 0, event.board)
+        topic = prepared.messages[0].topic() or ""
+        self._consumer.pause([TopicPartition(topic, b.partition) for b in blocked])
+        for b in blocked:
+            _log.error(
+                "partition blocked: Redis does not hold what Kafka's commits say was applied",
+                extra={"partition": b.partition, "board": boards.get(b.partition, ""), "reason": b.reason,
+                       "detail": b.detail, "fix": "rankstream recover | rankstream accept-redis"},
+            )  # fmt: skip
+        assert self._guard is not None
+        self.metrics.set_blocked(self._guard.blocked.values(), boards)
+
+    def _recheck_blocked(self) -> None:
+        """A blocked partition is looked at again every few seconds, and resumed once Redis agrees."""
+        guard = self._guard
+        if guard is None or not guard.blocked or time.monotonic() - self._rechecked < RECHECK_BLOCKED_S:
+            return
+        self._rechecked = time.monotonic()
+        was = dict(guard.blocked)
+        try:
+            guard.check(self._consumer, was)
+        except Exception as exc:  # noqa: BLE001 - still blocked; try again later
+            _log.warning("could not re-check blocked partitions", extra={"error": str(exc)})
+            return
+        freed = [p for p in was if p not in guard.blocked]
+        if freed:
+            self._consumer.resume([TopicPartition(guard.topic, p) for p in freed])
+            _log.warning(
+                "partitions unblocked: Redis agrees with the commits again", extra={"partitions": freed}
+            )
+        self.metrics.set_blocked(guard.blocked.values())
+
     def _settle(self) -> None:
         """Wait (within the deadline) for the batch in flight; on failure queue it for rewinding."""
         if self._inflight is None:
@@ -196,6 +269,19 @@ class WorkerLoop:
             return
         except ProducerFenced:
             raise
+        except EpochMismatch as exc:  # a board from another data set: its partitions stop
+            self._to_rewind.extend(prepared.messages)
+            assert self._guard is not None
+            partitions = {
+                prepared.origins[id(e)].msg.partition() or 0
+                for e, _ in prepared.pairs
+                if e.board == exc.board
+            }
+            blocked = [Blocked(p, "epoch_mismatch", str(exc)) for p in sorted(partitions)]
+            for b in blocked:
+                self._guard.blocked[b.partition] = b
+            self._block(prepared, blocked)
+            return
         except Exception as exc:  # noqa: BLE001 - every other failure rewinds and backs off
             self.metrics.retries.inc()
             level = logging.WARNING if is_infrastructure(exc) else logging.ERROR
@@ -240,6 +326,7 @@ class WorkerLoop:
         now = int(time.time() * 1000)
         max_ts = ts_ceiling(self._skew_s, now)
         pairs: list[tuple[UpdateEvent, int]] = []
+        positions: list[Position | None] = []
         origins: dict[int, _Origin] = {}
         rejections: list[Rejection] = []
         for msg in messages:
@@ -260,10 +347,14 @@ class WorkerLoop:
                 rejections.append((msg, internal_error(exc, None), exc))
                 continue
             rejections += mine
+            source = (
+                None if self._guard is None else self._guard.source(msg.topic() or "", msg.partition() or 0)
+            )
             for event, ts, index in valid:
                 pairs.append((event, ts))
+                positions.append(None if source is None else Position(source, msg.offset() or 0, index))
                 origins[id(event)] = _Origin(msg, index)
-        return Prepared(messages, pairs, origins, rejections)
+        return Prepared(messages, pairs, positions, origins, rejections)
 
     def execute(self, prepared: Prepared, group_metadata: object | None = None) -> None:
         """Apply, then in one transaction dead-letter, publish and commit the offsets (the apply
@@ -273,7 +364,7 @@ class WorkerLoop:
         tally = _Tally()
         if prepared.pairs:
             started = time.perf_counter()
-            outcomes, failures = self._applier.apply_isolated(prepared.pairs)
+            outcomes, failures = self._applier.apply_isolated(prepared.pairs, prepared.positions)
             self.metrics.apply_seconds.observe(time.perf_counter() - started)
             for failure in failures:
                 origin = prepared.origins[id(failure.event)]
@@ -289,6 +380,8 @@ class WorkerLoop:
                     )
                 elif outcome.status is Status.APPLIED:
                     tally.applied += 1
+                elif outcome.status is Status.REDELIVERED:
+                    tally.redelivered += 1
                 else:
                     tally.duplicate += 1
         for msg, bad, error in rejections:
@@ -298,13 +391,20 @@ class WorkerLoop:
             self._publisher.publish(outcomes)
         if group_metadata is None:  # process(): called on the consumer's own thread
             group_metadata = self._consumer.consumer_group_metadata()
-        self._outputs.commit(_next_offsets(prepared.messages), group_metadata)
+        offsets = _next_offsets(prepared.messages, None if self._guard is None else self._guard.epoch)
+        last = {tp.partition: tp.offset - 1 for tp in offsets}
+        if self._guard is not None:
+            self._guard.advance(last)  # Redis holds these now; then Kafka may say so
+        self._outputs.commit(offsets, group_metadata)
+        if self._guard is not None:
+            self._guard.committed(last)
         self._count(tally)
 
     def _count(self, tally: _Tally) -> None:
         """Counted per committed batch: a labelled inc() per event costs ~10% of the worker's CPU."""
         self.metrics.events.labels("applied").inc(tally.applied)
         self.metrics.events.labels("duplicate").inc(tally.duplicate)
+        self.metrics.events.labels("redelivered").inc(tally.redelivered)
         self.metrics.late_windows.inc(tally.late)
         for reason, count in tally.dead.items():
             self.metrics.dead_lettered.labels(reason).inc(count)
@@ -337,10 +437,13 @@ class WorkerLoop:
             _log.warning("deadline passed while leaving the consumer group")
 
 
-def _next_offsets(messages: Sequence[MessageLike]) -> list[TopicPartition]:
-    """Per partition, the offset after the last message of the batch: what the transaction commits."""
+def _next_offsets(messages: Sequence[MessageLike], epoch: str | None) -> list[TopicPartition]:
+    """Per partition, the offset after the last message of the batch: what the transaction
+    commits, with the epoch of the Redis data set it was applied into (worker/sources.py)."""
     last: dict[tuple[str, int], int] = {}
     for msg in messages:
         key = (msg.topic() or "", msg.partition() or 0)
         last[key] = max(last.get(key, -1), (msg.offset() or 0) + 1)
-    return [TopicPartition(t, p, o) for (t, p), o in last.items()]
+    if epoch is None:
+        return [TopicPartition(t, p, o) for (t, p), o in last.items()]
+    return [TopicPartition(t, p, o, metadata=epoch) for (t, p), o in last.items()]

@@ -31,6 +31,7 @@ from worker.fencing import PredecessorFence
 from worker.metrics import WorkerMetrics
 from worker.outputs import ProducerFenced, TransactionalOutputs
 from worker.publisher import CachePublisher
+from worker.sources import SourceGuard
 
 _log = logging.getLogger(__name__)
 PRODUCER_MESSAGE_MAX_BYTES = 1_000_000  # librdkafka's default message.max.bytes
@@ -137,7 +138,17 @@ def build_loop(settings: Settings, metrics: WorkerMetrics) -> tuple[WorkerLoop, 
         # batches' transactions
         backfill_producer = kafka_producer(settings, {"enable.idempotence": True, "acks": "all"})
         publisher = cache_publisher(settings, boards, backfill_producer, client).over(outputs)
-    applier = Applier(client, boards, settings.key_prefix, settings.dedupe_window_s * 1000)
+    applier = Applier(client, boards, settings.key_prefix, settings.id_window_s)
+    guard = SourceGuard(
+        client,
+        AdminClient(settings.librdkafka()),
+        applier,
+        key_prefix=settings.key_prefix,
+        group=settings.worker_group,
+        topic=settings.topic_updates,
+        legacy_ttl_ms=settings.dedupe_window_s * 1000,
+        adopt_window_ms=settings.id_window_s * 1000,
+    )
     fence = PredecessorFence(settings, client, transactional_id)
     metrics.watch(lambda: outputs.replaced, lambda: len(fence.fenced))
     loop = WorkerLoop(
@@ -150,6 +161,7 @@ def build_loop(settings: Settings, metrics: WorkerMetrics) -> tuple[WorkerLoop, 
         deadline=deadline,
         publisher=publisher,
         fence=fence,
+        guard=guard,
         batch_size=settings.worker_batch_size,
         batch_timeout_s=settings.worker_batch_timeout_ms / 1000,
         max_future_skew_s=settings.max_future_skew_s,
@@ -164,6 +176,7 @@ def build_loop(settings: Settings, metrics: WorkerMetrics) -> tuple[WorkerLoop, 
 def run_worker(settings: Settings) -> int:
     metrics = WorkerMetrics()
     loop, client = build_loop(settings, metrics)
+    guard = loop.guard
 
     def live() -> tuple[bool, dict[str, object]]:
         stalled = time.monotonic() - loop.last_loop
@@ -174,7 +187,8 @@ def run_worker(settings: Settings) -> int:
             redis_ok = bool(client.ping())
         except redis.RedisError:
             redis_ok = False
-        return redis_ok, {"redis": redis_ok, "partitions": loop.assigned}
+        blocked = {str(b.partition): b.reason for b in guard.blocked.values()} if guard is not None else {}
+        return redis_ok and not blocked, {"redis": redis_ok, "partitions": loop.assigned, "blocked": blocked}
 
     server = serve_probes("0.0.0.0", settings.worker_http_port, live, ready, metrics.registry)  # noqa: S104
 

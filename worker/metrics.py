@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+if TYPE_CHECKING:
+    from worker.sources import Blocked
 
 
 class WorkerMetrics:
@@ -14,7 +18,7 @@ class WorkerMetrics:
         self.consumed = Counter("rankstream_worker_messages_consumed", "Kafka messages consumed", registry=r)
         self.events = Counter(
             "rankstream_worker_events", "Valid events by outcome", ["outcome"], registry=r
-        )  # applied | duplicate
+        )  # applied | duplicate | redelivered
         self.dead_lettered = Counter(
             "rankstream_worker_dead_lettered",
             "Bad events sent to the dead-letter topic",
@@ -54,6 +58,22 @@ class WorkerMetrics:
             "Transactional ids of workers that died holding partitions, fenced by this one",
             registry=r,
         )
+
+        self.blocked = Gauge(
+            "rankstream_worker_partition_blocked",
+            "1 while a partition is not applied because Redis does not hold what its commits say"
+            " (see the log line for what to do)",
+            ["partition", "reason", "board"],
+            registry=r,
+        )
+        self._blocked_boards: dict[int, str] = {}
+
+    def set_blocked(self, blocked: Iterable[Blocked], boards: Mapping[int, str] | None = None) -> None:
+        """The partitions blocked now, each with why and the first board it was met on."""
+        self._blocked_boards.update(boards or {})
+        self.blocked.clear()
+        for b in blocked:
+            self.blocked.labels(str(b.partition), b.reason, self._blocked_boards.get(b.partition, "")).set(1)
 
     def watch(self, producers_replaced: Callable[[], int], predecessors_fenced: Callable[[], int]) -> None:
         """Counts kept by the outputs and the fence, read when /metrics is scraped."""

@@ -1,22 +1,37 @@
--- apply.lua: apply a batch of update events of ONE board, atomically and idempotently.
+-- apply.lua: apply a batch of update events of ONE board, atomically and exactly once.
+--! include idwindow
 --
--- KEYS: [1] board seq, [2] board meta hash,
---       then per window instance i = 1..W: rank zset, overflow zset, state hash (KEYS[3i..3i+2]),
---       then per event e = 1..E: its dedupe key (KEYS[2 + 3W + e]).
--- ARGV: [1] W, [2] E, [3] tie mode inv|fwd|none, [4] desc 1|0, [5] max_members (0 = no limit),
---       [6] dedupe ttl ms, [7] want state 1|0, then W expire-at ms (0 = never),
---       then per event 6 fields: op, member, score, tie ms, meta ('' = none), window mask
---       (bit i-1 set = the event counts in instance i).
--- Returns, per event: status (1 applied, 0 duplicate, 2 score out of range), board seq, and
--- when "want state" (hot boards): per instance in its mask, "<score>|<tie ms>" or "" for an
--- absent member, then the member's meta ('' if none), so update_cache always carries it.
+-- KEYS: [1] board seq, [2] board meta hash, [3] board fence hash, [4] id window directory,
+--       then per window instance i = 1..W: rank zset, overflow zset, state hash (KEYS[2+3i..4+3i]).
+-- ARGV: header (see H below), then S sources x 3 (fence field, topic id, low water), then W
+--       expire-at ms (0 = never), then per event F fields: op, member, score, tie ms, meta
+--       ('' = none), window mask (bit i-1 set = the event counts in instance i), offset, where
+--       (source number * 1000 + array index + 1; 0 = no source), id fingerprint, and while
+--       adopting a previous release's board the event id.
+-- Returns, per event: status (ST below; worker/apply.py Status), board seq, and when "want state"
+-- (hot boards): per instance in its mask, "<score>|<tie ms>" or "" for an absent member, then
+-- the member's meta ('' if none), so update_cache always carries it. A board whose fence
+-- belongs to another epoch returns {-1, <its epoch>} and changes nothing.
+--
+-- Exactly once: the fence keeps, per source (topic, partition), the topic id and the last
+-- (offset, where) applied, and the positions of events the script rejected since the source's
+-- low water (the worker's last committed offset). An event at or before the fence changes
+-- nothing and reports what its first delivery reported. A new event whose id fingerprint was
+-- applied less than the id window ago is a producer duplicate.
 --
 -- The zset score is the exact score; the member is prefixed with its tie time in fixed-width
 -- hex (see common/ranking.py) so Redis' bytewise order of equal scores is the tie rule.
 
-local W, E = tonumber(ARGV[1]), tonumber(ARGV[2])
-local mode, desc, maxm = ARGV[3], ARGV[4] == '1', tonumber(ARGV[5])
-local ttl, want_state = ARGV[6], ARGV[7] == '1'
+local H = {W = 1, E = 2, MODE = 3, DESC = 4, MAXM = 5, STATE = 6, EPOCH = 7, WINDOW = 8, CAP = 9,
+           LEGACY_TTL = 10, S = 11}
+local W, E = tonumber(ARGV[H.W]), tonumber(ARGV[H.E])
+local mode, desc, maxm = ARGV[H.MODE], ARGV[H.DESC] == '1', tonumber(ARGV[H.MAXM])
+local want_state, epoch = ARGV[H.STATE] == '1', ARGV[H.EPOCH]
+local legacy_ttl, S = ARGV[H.LEGACY_TTL], tonumber(ARGV[H.S])
+local legacy = legacy_ttl ~= '0'
+local F = legacy and 10 or 9
+local ST = {DUPLICATE = 0, APPLIED = 1, OUT_OF_RANGE = 2, REDELIVERED = 3}
+local KI = 4  -- KEYS before the instances
 -- EXACT = 2^53 - 1: see common/ranking.py for why the bound is one below 2^53
 local TIE_MAX, EXACT = 281474976710655, 9007199254740991
 
@@ -62,7 +77,7 @@ local function load(i, member)
   if ci == nil then ci = {}; cache[i] = ci end
   local c = ci[member]
   if c == nil then
-    local old = redis.call('HGET', KEYS[3 * i + 2], member)
+    local old = redis.call('HGET', KEYS[KI + 3 * i], member)
     if old then
       local bar = string.find(old, '|', 1, true)
       local t = tonumber(string.sub(old, bar + 1))
@@ -91,7 +106,7 @@ local function plan(c, op, score)
 end
 
 local function flush(i, member, c)
-  local rk, ov, st = KEYS[3 * i], KEYS[3 * i + 1], KEYS[3 * i + 2]
+  local rk, ov, st = KEYS[KI + 3 * i - 2], KEYS[KI + 3 * i - 1], KEYS[KI + 3 * i]
   if c.rtie then
     local old_member = enc(c.rtie, member)
     -- with no tie prefix the member is unchanged and ZADD below overwrites its score
@@ -121,53 +136,100 @@ local function meta_of(member)
   return m
 end
 
-local out, touched, dirty, applied_ids, meta_dirty = {}, {}, {}, {}, {}
-local seq0 = tonumber(redis.call('GET', KEYS[1]) or '0')
-local seq = seq0
-local base = 7 + W
-for e = 1, E do
-  local at = base + (e - 1) * 6
-  local op, member, score = ARGV[at + 1], ARGV[at + 2], tonumber(ARGV[at + 3])
-  local tie, meta, mask = tonumber(ARGV[at + 4]), ARGV[at + 5], tonumber(ARGV[at + 6])
-  local dedupe = KEYS[2 + 3 * W + e]
-  local seen = applied_ids[dedupe] or redis.call('EXISTS', dedupe) == 1
-  -- plan every instance before changing any, so an out-of-range result changes nothing
-  local plans, in_range = {}, true
-  for i = 1, W do
-    if in_mask(mask, i) then
-      local c = load(i, member)
-      local new = plan(c, op, score)
-      if new and math.abs(new) > EXACT then in_range = false end
-      plans[i] = {new, c}
-    end
-  end
-  local status
-  if seen then
-    status = 0  -- a duplicate of an applied event is a duplicate, whatever it would do now
-  elseif not in_range then
-    status = 2
-  else
-    status = 1
-    applied_ids[dedupe] = true
-    seq = seq + 1
-    for i = 1, W do
-      local p = plans[i]
-      if p and p[1] ~= nil then
-        local c = p[2]
-        if p[1] == false then c.present = false
-        else c.present, c.score, c.tie = true, p[1], tie end
-        if not c.dirty then
-          c.dirty = true
-          dirty[#dirty + 1] = {i, member, c}
+-- the fence: per source its stored position and the positions rejected since the low water
+local sources, fields = {}, {'e'}
+local at = H.S
+for k = 1, S do
+  local src = {field = ARGV[at + 1], topic = ARGV[at + 2], low = tonumber(ARGV[at + 3]), rejected = {}}
+  at = at + 3
+  sources[k] = src
+  fields[#fields + 1] = src.field
+  fields[#fields + 1] = src.field .. '!r'
+end
+local stored = redis.call('HMGET', KEYS[3], unpack(fields))
+if stored[1] and stored[1] ~= epoch then return {-1, stored[1]} end
+local fence_dirty = not stored[1]
+for k, src in ipairs(sources) do
+  local value, rej = stored[2 * k], stored[2 * k + 1]
+  src.offset, src.where = -1, -1
+  if value then
+    local topic, o, wh = string.match(value, '^(.-)|(%d+)|(%d+)$')
+    if topic == src.topic then  -- another topic id: the topic was recreated, start over
+      src.offset, src.where = tonumber(o), tonumber(wh)
+      if rej then
+        src.had_rejections = true
+        for ro, rw in string.gmatch(rej, '(%d+):(%d+)') do
+          if tonumber(ro) > src.low then src.rejected[ro .. ':' .. rw] = true end
         end
-        touched[i] = true
       end
     end
-    if op == 'delete' or meta ~= '' then
-      metas[member] = op == 'delete' and '' or meta
-      meta_dirty[member] = true
+  end
+  src.changed = false
+end
+local expires_at = at
+at = at + W
+
+local ids = IDW.new(KEYS[4], tonumber(ARGV[H.WINDOW]), tonumber(ARGV[H.CAP]))
+local legacy_prefix = legacy and string.sub(KEYS[3], 1, -6) .. 'id:' or nil  -- '<tag>:fence' -> '<tag>:id:'
+local legacy_new = {}
+
+local out, touched, dirty, meta_dirty = {}, {}, {}, {}
+local seq0 = tonumber(redis.call('GET', KEYS[1]) or '0')
+local seq = seq0
+for e = 1, E do
+  local op, member, score = ARGV[at + 1], ARGV[at + 2], tonumber(ARGV[at + 3])
+  local tie, meta, mask = tonumber(ARGV[at + 4]), ARGV[at + 5], tonumber(ARGV[at + 6])
+  local offset, where, fp = tonumber(ARGV[at + 7]), tonumber(ARGV[at + 8]), ARGV[at + 9]
+  local event_id = legacy and ARGV[at + 10] or nil
+  at = at + F
+  local src = where > 0 and sources[math.floor(where / 1000)] or nil
+  local sub = where % 1000
+  local status
+  local fenced = src and (offset < src.offset or (offset == src.offset and sub <= src.where))
+  if fenced then
+    -- redelivered: changes nothing, reports what its first delivery reported
+    status = src.rejected[offset .. ':' .. sub] and ST.OUT_OF_RANGE or ST.REDELIVERED
+  elseif IDW.seen(ids, fp) or (legacy and (legacy_new[event_id] or redis.call('EXISTS', legacy_prefix .. event_id) == 1)) then
+    status = ST.DUPLICATE  -- a duplicate of an applied event is a duplicate, whatever it would do now
+  else
+    -- plan every instance before changing any, so an out-of-range result changes nothing
+    local plans, in_range = {}, true
+    for i = 1, W do
+      if in_mask(mask, i) then
+        local c = load(i, member)
+        local new = plan(c, op, score)
+        if new and math.abs(new) > EXACT then in_range = false end
+        plans[i] = {new, c}
+      end
+    end
+    if not in_range then
+      status = ST.OUT_OF_RANGE
+      if src then src.rejected[offset .. ':' .. sub] = true end
+    else
+      status = ST.APPLIED
+      IDW.add(ids, fp)
+      if legacy then legacy_new[event_id] = true end
+      seq = seq + 1
+      for i = 1, W do
+        local p = plans[i]
+        if p and p[1] ~= nil then
+          local c = p[2]
+          if p[1] == false then c.present = false
+          else c.present, c.score, c.tie = true, p[1], tie end
+          if not c.dirty then
+            c.dirty = true
+            dirty[#dirty + 1] = {i, member, c}
+          end
+          touched[i] = true
+        end
+      end
+      if op == 'delete' or meta ~= '' then
+        metas[member] = op == 'delete' and '' or meta
+        meta_dirty[member] = true
+      end
     end
   end
+  if src and not fenced then src.offset, src.where, src.changed = offset, sub, true end
   out[#out + 1] = status
   out[#out + 1] = seq
   if want_state then
@@ -182,7 +244,30 @@ for e = 1, E do
 end
 
 -- phase 2: the writes
-for dedupe in pairs(applied_ids) do redis.call('SET', dedupe, '1', 'PX', ttl) end
+IDW.flush(ids)
+if legacy then
+  for id in pairs(legacy_new) do redis.call('SET', legacy_prefix .. id, '1', 'PX', legacy_ttl) end
+end
+local fence_args = {}
+for _, src in ipairs(sources) do
+  if src.changed then
+    fence_args[#fence_args + 1] = src.field
+    fence_args[#fence_args + 1] = src.topic .. '|' .. string.format('%d', src.offset) .. '|' .. src.where
+    local list = {}
+    for pos in pairs(src.rejected) do list[#list + 1] = pos end
+    if #list > 0 then
+      table.sort(list)
+      fence_args[#fence_args + 1] = src.field .. '!r'
+      fence_args[#fence_args + 1] = table.concat(list, ' ')
+    elseif src.had_rejections then
+      redis.call('HDEL', KEYS[3], src.field .. '!r')
+    end
+  end
+end
+if #fence_args > 0 then
+  if fence_dirty then fence_args[#fence_args + 1] = 'e'; fence_args[#fence_args + 1] = epoch end
+  redis.call('HSET', KEYS[3], unpack(fence_args))
+end
 for member in pairs(meta_dirty) do
   local m = metas[member]
   if m == '' then redis.call('HDEL', KEYS[2], member) else redis.call('HSET', KEYS[2], member, m) end
@@ -191,9 +276,9 @@ for _, d in ipairs(dirty) do flush(d[1], d[2], d[3]) end
 if seq ~= seq0 then redis.call('SET', KEYS[1], seq) end
 
 for i = 1, W do
-  local expire_at = ARGV[7 + i]
+  local expire_at = ARGV[expires_at + i]
   if touched[i] and expire_at ~= '0' then
-    for k = 0, 2 do redis.call('PEXPIREAT', KEYS[3 * i + k], expire_at) end
+    for k = -2, 0 do redis.call('PEXPIREAT', KEYS[KI + 3 * i + k], expire_at) end
   end
 end
 return out

@@ -319,26 +319,30 @@ class SentCall:
 
 
 def decode_call(call: Call) -> SentCall:
-    """KEYS: seq, meta, then (rank, overflow, state) per instance, then a dedupe key per event.
-    ARGV: W, E, tie mode, desc, max members, dedupe ttl, want state, W expire-ats, 6 per event."""
+    """KEYS: seq, meta, fence, id window, then (rank, overflow, state) per instance.
+    ARGV: 11 header fields (W, E, ..., want state at 6, S at 11), S sources x 3, W expire-ats,
+    9 per event (10 while adopting); the event ids ride along in `call.ids`."""
     keys = [k.decode() if isinstance(k, bytes) else k for k in call.keys]
     args = list(call.args)
-    instances_n, events_n = int(args[0]), int(args[1])
+    instances_n, events_n, sources_n = int(args[0]), int(args[1]), int(args[10])
+    per_event = 10 if str(args[9]) != "0" else 9
     board = keys[0][keys[0].index("{") + 1 : keys[0].rindex("}")]
-    assert keys[0].endswith(":seq") and keys[1].endswith(":meta")
-    instances = tuple(keys[2 + 3 * i].split(":z:", 1)[1] for i in range(instances_n))
-    assert len(keys) == 2 + 3 * instances_n + events_n
-    dedupe = keys[2 + 3 * instances_n :]
-    expires = tuple(int(a) for a in args[7 : 7 + instances_n])
-    assert len(args) == 7 + instances_n + 6 * events_n
+    assert keys[0].endswith(":seq") and keys[1].endswith(":meta") and keys[2].endswith(":fence")
+    instances = tuple(keys[4 + 3 * i].split(":z:", 1)[1] for i in range(instances_n))
+    assert len(keys) == 4 + 3 * instances_n
+    assert len(call.ids) == events_n
+    base = 11 + 3 * sources_n
+    expires = tuple(int(a) for a in args[base : base + instances_n])
+    base += instances_n
+    assert len(args) == base + per_event * events_n
     events: list[SentEvent] = []
     for e in range(events_n):
-        op, member, score, ts, meta, mask = args[7 + instances_n + 6 * e : 7 + instances_n + 6 * (e + 1)]
+        op, member, score, ts, meta, mask = args[base + per_event * e : base + per_event * e + 6]
         mask_int = int(mask)
         assert mask_int < 2**instances_n, "mask names an instance the call does not carry"
         events.append(
             SentEvent(
-                id=dedupe[e].split(":id:", 1)[1],
+                id=call.ids[e],
                 op=str(op),
                 member=str(member),
                 score=str(score),
@@ -347,7 +351,7 @@ def decode_call(call: Call) -> SentCall:
                 instances=tuple(name for i, name in enumerate(instances) if mask_int >> i & 1),
             )
         )
-    return SentCall(board, instances, expires, args[6] == "1", tuple(events))
+    return SentCall(board, instances, expires, args[5] == "1", tuple(events))
 
 
 Failer = Callable[[SentCall], Exception | None]

@@ -12,7 +12,7 @@ def test_defaults_point_at_the_local_stack():
     assert s.kafka_bootstrap == "127.0.0.1:9092"
     assert s.redis_url.get_secret_value() == "redis://127.0.0.1:6379/0"
     assert (s.topic_updates, s.topic_dlq, s.topic_cache) == ("update_rank", "update_rank.dlq", "update_cache")
-    assert s.dedupe_window_s == 7 * 24 * 3600
+    assert (s.id_window_s, s.dedupe_window_s) == (3600, 7 * 24 * 3600)
 
 
 def test_environment_is_read_and_frozen():

@@ -1,0 +1,131 @@
+-- idwindow.lua: the board's id window (included by apply.lua; see common/idwindow.py).
+--
+-- Remembers each applied event's id fingerprint (10 bytes, computed by the worker) with the
+-- second it was applied, for at least the id window. Stored as small hashes in Redis' compact
+-- listpack encoding, addressed by extendible hashing so that each hash stays under the listpack
+-- limit however many ids a board has:
+--   <dir>                  string, one byte per slot: the local depth d of the slot's bucket
+--                          (absent: one bucket at depth 0); 2^D slots for global depth D
+--   <dir>:<d>:<p>          hash fingerprint -> applied-at second: the bucket of every id whose
+--                          24-bit slot value v has v mod 2^d = p
+-- A bucket that outgrows the listpack limit drops its expired entries and, if still too big,
+-- splits in two by the next bit (doubling the directory when d = D). Every key expires one
+-- window after its last insert, so an idle board's window disappears whole.
+
+local IDW = {}
+
+function IDW.new(dir, window_s, cap)
+  return {dir = dir, window = window_s, cap = cap, len = nil, now = nil, pending = {}, order = {}}
+end
+
+local MAX_DEPTH = 24
+
+local function slot_value(fp)
+  local b1, b2, b3 = string.byte(fp, 1, 3)
+  return b1 + b2 * 256 + b3 * 65536
+end
+
+local function now_s(w)
+  if w.now == nil then w.now = tonumber(redis.call('TIME')[1]) end
+  return w.now
+end
+
+local function dir_len(w)
+  if w.len == nil then w.len = redis.call('STRLEN', w.dir) end
+  return w.len
+end
+
+-- the bucket key holding fingerprint fp, and its local depth and prefix
+local function bucket(w, fp)
+  local v, n = slot_value(fp), dir_len(w)
+  if n == 0 then return w.dir .. ':0:0', 0, 0 end
+  local s = v % n
+  local d = string.byte(redis.call('GETRANGE', w.dir, s, s))
+  local p = v % (2 ^ d)
+  return string.format('%s:%d:%d', w.dir, d, p), d, p
+end
+
+-- was fp applied less than the window ago (or earlier in this call)?
+function IDW.seen(w, fp)
+  if w.pending[fp] then return true end
+  local at = redis.call('HGET', (bucket(w, fp)), fp)
+  return at ~= false and now_s(w) - tonumber(at) < w.window
+end
+
+-- remember fp (phase 1: queued; written by IDW.flush)
+function IDW.add(w, fp)
+  if not w.pending[fp] then
+    w.pending[fp] = true
+    w.order[#w.order + 1] = fp
+  end
+end
+
+local function set_depth(w, d, p, depth)
+  -- every slot whose value is p modulo 2^d now points at a bucket of local depth `depth`
+  local step, ch = 2 ^ d, string.char(depth)
+  for s = p, dir_len(w) - 1, step do redis.call('SETRANGE', w.dir, s, ch) end
+end
+
+local function split(w, key, d, p)
+  local entries = redis.call('HGETALL', key)
+  redis.call('DEL', key)
+  local now, live = now_s(w), {}
+  for i = 1, #entries, 2 do
+    if now - tonumber(entries[i + 1]) < w.window then live[#live + 1] = i end
+  end
+  local ttl = (w.window + 1) * 1000
+  if #live * 4 <= w.cap * 3 or d >= MAX_DEPTH then
+    -- enough room once the expired entries are gone (or the directory is at its limit): keep it
+    for _, i in ipairs(live) do redis.call('HSET', key, entries[i], entries[i + 1]) end
+    if #live > 0 then redis.call('PEXPIRE', key, ttl) end
+    return
+  end
+  if dir_len(w) == 0 then
+    redis.call('SET', w.dir, string.char(0))
+    w.len = 1
+  end
+  if 2 ^ d == dir_len(w) then  -- the bucket is at the global depth: double the directory
+    redis.call('APPEND', w.dir, redis.call('GET', w.dir))
+    w.len = w.len * 2
+  end
+  set_depth(w, d, p, d + 1)
+  local keys = {string.format('%s:%d:%d', w.dir, d + 1, p), string.format('%s:%d:%d', w.dir, d + 1, p + 2 ^ d)}
+  local sizes = {0, 0}
+  for _, i in ipairs(live) do
+    local half = math.floor(slot_value(entries[i]) / 2 ^ d) % 2 + 1
+    redis.call('HSET', keys[half], entries[i], entries[i + 1])
+    sizes[half] = sizes[half] + 1
+  end
+  for half = 1, 2 do
+    if sizes[half] > 0 then redis.call('PEXPIRE', keys[half], ttl) end
+    if sizes[half] > w.cap then split(w, keys[half], d + 1, p + (half - 1) * 2 ^ d) end
+  end
+end
+
+-- phase 2: write the queued fingerprints, one HSET per bucket, splitting what outgrew the cap
+function IDW.flush(w)
+  if #w.order == 0 then return end
+  local now, ttl = string.format('%d', now_s(w)), (w.window + 1) * 1000
+  local groups, keys = {}, {}
+  for _, fp in ipairs(w.order) do
+    local key, d, p = bucket(w, fp)
+    local g = groups[key]
+    if g == nil then
+      g = {d = d, p = p, args = {}}
+      groups[key] = g
+      keys[#keys + 1] = key
+    end
+    g.args[#g.args + 1] = fp
+    g.args[#g.args + 1] = now
+  end
+  for _, key in ipairs(keys) do
+    local g = groups[key]
+    redis.call('HSET', key, unpack(g.args))
+    if redis.call('HLEN', key) > w.cap then
+      split(w, key, g.d, g.p)
+    else
+      redis.call('PEXPIRE', key, ttl)
+    end
+  end
+  if dir_len(w) > 0 then redis.call('PEXPIRE', w.dir, ttl) end
+end

@@ -1,0 +1,134 @@
+"""`rankstream recover` and `rankstream accept-redis`: what an operator does when a worker says
+Redis does not hold what Kafka's commits say was applied (worker/sources.py).
+
+recover       Redis was restored from a backup (or lost recent writes): rewind the consumer group
+              to what Redis holds, per partition the offset after the last one it applied. What
+              the backup missed is re-applied; what it already held is skipped by the boards'
+              offset fences, so everything counts exactly once. The workers must be stopped
+              (Kafka only moves an empty group's offsets).
+accept-redis  Start from what Redis holds now, deliberately: an empty Redis gets a new epoch, and
+              every partition is recorded as applied up to its committed offset. Events before
+              those offsets that Redis lost stay lost. Workers may keep running: a blocked
+              partition resumes within seconds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicCollection, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from common.clients import redis_client
+from common.errors import ConfigError
+from common.keys import partition_sources
+from common.settings import Settings
+from worker.sources import EPOCH, KAFKA_TIMEOUT_S, REPLACES, new_epoch, stored_position, text
+
+
+@dataclass(frozen=True, slots=True)
+class _Group:
+    topic_id: str
+    partitions: list[int]
+    committed: dict[int, tuple[int, str | None]]  # partition -> (offset, metadata)
+
+
+def _group(settings: Settings, admin: AdminClient) -> _Group:
+    topic = settings.topic_updates
+    try:
+        described = admin.describe_topics(TopicCollection([topic]), request_timeout=KAFKA_TIMEOUT_S)
+        description = described[topic].result()
+    except Exception as exc:  # noqa: BLE001 - one line for the operator
+        raise ConfigError(f"topic {topic}: {exc}") from None
+    listed = admin.list_consumer_group_offsets(
+        [ConsumerGroupTopicPartitions(settings.worker_group)], request_timeout=KAFKA_TIMEOUT_S
+    )[settings.worker_group].result()
+    committed = {
+        tp.partition: (tp.offset, tp.metadata or None)
+        for tp in listed.topic_partitions
+        if tp.topic == topic and tp.offset >= 0
+    }
+    partitions = [p.id for p in description.partitions]
+    return _Group(str(description.topic_id), partitions, committed)
+
+
+def recover(settings: Settings) -> list[str]:
+    """Rewind the group to what Redis holds; one line per partition that moved."""
+    admin = AdminClient(settings.librdkafka())
+    group_state = admin.describe_consumer_groups([settings.worker_group], request_timeout=KAFKA_TIMEOUT_S)
+    if group_state[settings.worker_group].result().members:
+        raise ConfigError(
+            f"consumer group {settings.worker_group} has running members: stop the workers first "
+            "(scale them to 0), then run recover again"
+        )
+    group = _group(settings, admin)
+    client = redis_client(settings)
+    key = partition_sources(settings.key_prefix, settings.worker_group, settings.topic_updates)
+    stored = client.hgetall(key)
+    epoch = text(stored.get(EPOCH.encode()))
+    if epoch is None:
+        raise ConfigError(
+            "Redis holds no rankstream epoch: restore the backup first, or run `rankstream accept-redis` "
+            "to start from an empty Redis"
+        )
+    earliest = _earliest(settings, group.partitions)
+    moves: list[TopicPartition] = []
+    lines: list[str] = []
+    for p in group.partitions:
+        offset, _ = group.committed.get(p, (-1, None))
+        if offset < 0:
+            continue
+        held = stored_position(stored.get(str(p).encode()), group.topic_id)
+        target = held + 1 if held is not None else earliest[p]
+        if target >= offset:
+            continue
+        moves.append(TopicPartition(settings.topic_updates, p, target, metadata=epoch))
+        lines.append(f"partition {p}: {offset} -> {target} ({offset - target} offsets to re-apply)")
+        if held is None and earliest[p] > 0:
+            lines.append(
+                f"  warning: partition {p} starts at offset {earliest[p]}: retention deleted older events"
+            )
+    if moves:
+        request = [ConsumerGroupTopicPartitions(settings.worker_group, moves)]
+        result = admin.alter_consumer_group_offsets(request, request_timeout=KAFKA_TIMEOUT_S)
+        for tp in result[settings.worker_group].result().topic_partitions:
+            if tp.error is not None:
+                raise ConfigError(f"partition {tp.partition}: Kafka refused the rewind: {tp.error}")
+    return lines or ["nothing to rewind: Redis holds everything the group committed"]
+
+
+def accept_redis(settings: Settings) -> list[str]:
+    """Record Redis as holding every partition up to its committed offset (a new epoch if empty)."""
+    admin = AdminClient(settings.librdkafka())
+    group = _group(settings, admin)
+    client = redis_client(settings)
+    key = partition_sources(settings.key_prefix, settings.worker_group, settings.topic_updates)
+    epoch = text(client.hget(key, EPOCH))
+    lines: list[str] = []
+    mapping: dict[str, str] = {}
+    if epoch is None:
+        epoch = new_epoch()
+        mapping[EPOCH] = epoch
+        previous = {m for _, m in group.committed.values() if m}
+        if previous:
+            mapping[REPLACES] = sorted(previous)[0]
+        lines.append(f"Redis starts over as epoch {epoch}")
+    for p, (offset, _) in sorted(group.committed.items()):
+        mapping[str(p)] = f"{group.topic_id}|{offset - 1}"
+        lines.append(f"partition {p}: Redis taken as holding everything before offset {offset}")
+    if mapping:
+        client.hset(key, mapping=mapping)  # type: ignore[arg-type]  # Mapping is invariant
+    return lines or ["nothing committed yet: nothing to accept"]
+
+
+def _earliest(settings: Settings, partitions: list[int]) -> dict[int, int]:
+    consumer = Consumer(settings.librdkafka({"group.id": f"{settings.worker_group}-recover"}))
+    try:
+        return {
+            p: consumer.get_watermark_offsets(
+                TopicPartition(settings.topic_updates, p), timeout=KAFKA_TIMEOUT_S
+            )[0]
+            for p in partitions
+        }
+    finally:
+        consumer.close()
