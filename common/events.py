@@ -78,6 +78,9 @@ class Op(StrEnum):
     SET = "set"
     BEST = "best"
     DELETE = "delete"
+    # not an event op: the worker's note to apply.lua that an event's processing raised
+    # (worker/apply.py); never parsed from a message
+    FAILED_MARKER = "x"
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,7 +151,7 @@ def _rejected(reason: Reason, message: str) -> ParseResult:
 
 _FIELDS = frozenset({"id", "board", "member", "op", "score", "ts", "meta"})
 _REQUIRED = ("id", "board", "member")
-_OPS = {op.value: op for op in Op}
+_OPS = {op.value: op for op in Op if op is not Op.FAILED_MARKER}
 _I64_MIN, _U64_MAX = -(2**63), 2**64 - 1
 # C0, DEL and C1 controls, plus the line separators and bidi overrides that break or reorder the
 # lines a leaderboard UI prints; other format characters (the emoji joiner U+200D) stay allowed.

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import IntEnum
 from typing import Any
 
@@ -14,7 +14,7 @@ import redis
 
 from common.boards import BoardsConfig, BoardType, WindowKind
 from common.errors import InfrastructureError
-from common.events import UpdateEvent
+from common.events import Op, UpdateEvent
 from common.idwindow import LISTPACK_CAP, fingerprint
 from common.keys import TOTAL_INSTANCE, BoardKeys, window_instance
 from common.periods import CALENDAR_KINDS, PeriodCache, expire_at_ms
@@ -22,6 +22,9 @@ from common.ranking import format_score, tie_mode
 from common.scripts import Call, load_script
 from worker.faults import is_infrastructure
 
+# apply.lua's ARGV layout (its header comment): header fields, then per source, then per instance
+# an expire-at, then per event (one more, the event id, while adopting the previous release)
+ARGV_HEADER, ARGV_PER_SOURCE, ARGV_PER_EVENT = 11, 3, 9
 MAX_EVENTS_PER_CALL = 500  # bounds the time one script blocks Redis
 MAX_INSTANCES_PER_CALL = 48  # the window mask is a Lua double: 53 exact bits
 
@@ -31,6 +34,7 @@ class Status(IntEnum):
     APPLIED = 1
     OUT_OF_RANGE = 2  # rejected by the script (also when redelivered: the fence remembers)
     REDELIVERED = 3  # at or before the board's fence for its source: already handled
+    FAILED = 4  # redelivered, and its processing raised on its first delivery (dead-letter it again)
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +60,14 @@ class Position:
     index: int | None  # None: the message is one object
 
 
+class EarlierFailure(Exception):
+    """A redelivered event whose first delivery raised `original_class` (the fence remembers)."""
+
+    def __init__(self, original_class: str) -> None:
+        super().__init__(f"processing raised {original_class} when this event was first delivered")
+        self.original_class = original_class
+
+
 class EpochMismatch(InfrastructureError):
     """A board's fence was written in another epoch of the Redis data set than the worker's."""
 
@@ -79,6 +91,7 @@ class Outcome:
     states: dict[str, MemberState | None]
     late_windows: int  # calendar windows skipped because their period closed beyond late_grace
     meta: bytes | None = None  # the member's meta after the event; only filled for hot boards
+    failed_as: str | None = None  # FAILED: the error class its first delivery raised
 
 
 _FOREVER = 2**62
@@ -250,6 +263,7 @@ class Applier:
             self.legacy_ttl_ms,
         ]
         args.append(len(chunk.sources))
+        assert len(args) == ARGV_HEADER
         for _, source in chunk.sources.values():
             args += [source.field, source.topic_id, source.low_water]
         args += [expire for _, expire in chunk.instances.values()]
@@ -312,7 +326,19 @@ class Applier:
                 if is_infrastructure(exc):
                     raise
                 failures.append(Failure(entry.event, exc))
+                self._remember_failure(chunk, entry, type(exc).__name__)
         return outcomes
+
+    def _remember_failure(self, chunk: _Chunk, entry: _Entry, error_class: str) -> None:
+        """Record in the board's fence that the event at this position failed (before any later
+        event moves the fence past it), so a redelivery dead-letters it again."""
+        if entry.position is None:
+            return
+        marker = _Chunk(chunk.board, chunk.board_type)
+        failed = replace(entry.event, op=Op.FAILED_MARKER, member=error_class, meta=None)
+        marker.add(failed, entry.ts, [], entry.late, entry.position)
+        (reply,) = self._script.run_many(self._client, [self._call(marker, False)], raise_on_error=False)
+        _decode(marker, False, reply, self.epoch)  # raises what the call raised
 
 
 def _rounds(chunks: list[_Chunk]) -> list[list[_Chunk]]:
@@ -341,6 +367,10 @@ def _decode(chunk: _Chunk, want: bool, reply: list[Any] | Exception, epoch: str)
     for entry in chunk.events:
         status, seq = Status(int(reply[pos])), int(reply[pos + 1])
         pos += 2
+        failed_as = None
+        if status is Status.FAILED:
+            failed_as = reply[pos].decode() if isinstance(reply[pos], bytes) else str(reply[pos])
+            pos += 1
         states: dict[str, MemberState | None] = {}
         meta: bytes | None = None
         if want:
@@ -349,5 +379,5 @@ def _decode(chunk: _Chunk, want: bool, reply: list[Any] | Exception, epoch: str)
                 pos += 1
             meta = reply[pos] or None
             pos += 1
-        outcomes.append(Outcome(entry.event, status, seq, states, entry.late, meta))
+        outcomes.append(Outcome(entry.event, status, seq, states, entry.late, meta, failed_as))
     return outcomes

@@ -33,7 +33,7 @@ from common.deadline import Deadline
 from common.errors import BadEvent
 from common.events import Reason, UpdateEvent, parse_message, ts_ceiling, ts_out_of_range
 from common.kafka_types import MessageLike, consume_available
-from worker.apply import Applier, EpochMismatch, Outcome, Position, Status
+from worker.apply import Applier, EarlierFailure, EpochMismatch, Outcome, Position, Status
 from worker.dlq import DeadLetters
 from worker.faults import is_infrastructure
 from worker.fencing import PredecessorFence
@@ -372,12 +372,9 @@ class WorkerLoop:
                 rejections.append((origin.msg, internal_error(failure.error, origin.index), failure.error))
             for outcome in outcomes:
                 tally.late += outcome.late_windows
-                if outcome.status is Status.OUT_OF_RANGE:
-                    origin = prepared.origins[id(outcome.event)]
-                    message = "the resulting score leaves the exact range ±(2^53-1)"
-                    rejections.append(
-                        (origin.msg, BadEvent(Reason.SCORE_OUT_OF_RANGE, message, origin.index), None)
-                    )
+                rejection = _rejection(outcome, prepared.origins[id(outcome.event)])
+                if rejection is not None:
+                    rejections.append(rejection)
                 elif outcome.status is Status.APPLIED:
                     tally.applied += 1
                 elif outcome.status is Status.REDELIVERED:
@@ -435,6 +432,17 @@ class WorkerLoop:
         if closer.is_alive():
             self.abandoned = True
             _log.warning("deadline passed while leaving the consumer group")
+
+
+def _rejection(outcome: Outcome, origin: _Origin) -> Rejection | None:
+    """What the script rejected (now, or on the event's first delivery) goes to the dead letters."""
+    if outcome.status is Status.OUT_OF_RANGE:
+        message = "the resulting score leaves the exact range ±(2^53-1)"
+        return origin.msg, BadEvent(Reason.SCORE_OUT_OF_RANGE, message, origin.index), None
+    if outcome.status is Status.FAILED:  # redelivered; its processing raised on its first delivery
+        error = EarlierFailure(outcome.failed_as or "")
+        return origin.msg, internal_error(error, origin.index), error
+    return None
 
 
 def _next_offsets(messages: Sequence[MessageLike], epoch: str | None) -> list[TopicPartition]:

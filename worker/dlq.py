@@ -60,7 +60,7 @@ class DeadLetters:
             headers.append((HEADER_INDEX, str(bad.index).encode()))
         if error is not None:
             headers += [
-                (HEADER_ERROR_CLASS, type(error).__name__.encode()),
+                (HEADER_ERROR_CLASS, getattr(error, "original_class", type(error).__name__).encode()),
                 (HEADER_ERROR_TEXT, _capped(str(error))),
             ]
         value, key = msg.value() or b"", msg.key()

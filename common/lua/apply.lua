@@ -8,7 +8,8 @@
 --       ('' = none), window mask (bit i-1 set = the event counts in instance i), offset, where
 --       (source number * 1000 + array index + 1; 0 = no source), id fingerprint, and while
 --       adopting a previous release's board the event id.
--- Returns, per event: status (ST below; worker/apply.py Status), board seq, and when "want state"
+-- Returns, per event: status (ST below; worker/apply.py Status), board seq, for FAILED the error
+-- class its first delivery raised (op 'x' records that), and when "want state"
 -- (hot boards): per instance in its mask, "<score>|<tie ms>" or "" for an absent member, then
 -- the member's meta ('' if none), so update_cache always carries it. A board whose fence
 -- belongs to another epoch returns {-1, <its epoch>} and changes nothing.
@@ -30,7 +31,7 @@ local want_state, epoch = ARGV[H.STATE] == '1', ARGV[H.EPOCH]
 local legacy_ttl, S = ARGV[H.LEGACY_TTL], tonumber(ARGV[H.S])
 local legacy = legacy_ttl ~= '0'
 local F = legacy and 10 or 9
-local ST = {DUPLICATE = 0, APPLIED = 1, OUT_OF_RANGE = 2, REDELIVERED = 3}
+local ST = {DUPLICATE = 0, APPLIED = 1, OUT_OF_RANGE = 2, REDELIVERED = 3, FAILED = 4}
 local KI = 4  -- KEYS before the instances
 -- EXACT = 2^53 - 1: see common/ranking.py for why the bound is one below 2^53
 local TIE_MAX, EXACT = 281474976710655, 9007199254740991
@@ -158,8 +159,8 @@ for k, src in ipairs(sources) do
       src.offset, src.where = tonumber(o), tonumber(wh)
       if rej then
         src.had_rejections = true
-        for ro, rw in string.gmatch(rej, '(%d+):(%d+)') do
-          if tonumber(ro) > src.low then src.rejected[ro .. ':' .. rw] = true end
+        for ro, rw, why in string.gmatch(rej, '(%d+):(%d+):?([%w_]*)') do
+          if tonumber(ro) > src.low then src.rejected[ro .. ':' .. rw] = why end
         end
       end
     end
@@ -184,11 +185,19 @@ for e = 1, E do
   at = at + F
   local src = where > 0 and sources[math.floor(where / 1000)] or nil
   local sub = where % 1000
-  local status
+  local status, failed_as
   local fenced = src and (offset < src.offset or (offset == src.offset and sub <= src.where))
   if fenced then
     -- redelivered: changes nothing, reports what its first delivery reported
-    status = src.rejected[offset .. ':' .. sub] and ST.OUT_OF_RANGE or ST.REDELIVERED
+    local why = src.rejected[offset .. ':' .. sub]
+    if why == nil then status = ST.REDELIVERED
+    elseif why == '' then status = ST.OUT_OF_RANGE
+    else status, failed_as = ST.FAILED, why end
+  elseif op == 'x' then
+    -- the worker's record of an event whose processing raised (its member names the error
+    -- class): a redelivery of it is dead-lettered again, not taken for applied
+    status, failed_as = ST.FAILED, member
+    if src then src.rejected[offset .. ':' .. sub] = member end
   elseif IDW.seen(ids, fp) or (legacy and (legacy_new[event_id] or redis.call('EXISTS', legacy_prefix .. event_id) == 1)) then
     status = ST.DUPLICATE  -- a duplicate of an applied event is a duplicate, whatever it would do now
   else
@@ -204,7 +213,7 @@ for e = 1, E do
     end
     if not in_range then
       status = ST.OUT_OF_RANGE
-      if src then src.rejected[offset .. ':' .. sub] = true end
+      if src then src.rejected[offset .. ':' .. sub] = '' end
     else
       status = ST.APPLIED
       IDW.add(ids, fp)
@@ -232,6 +241,7 @@ for e = 1, E do
   if src and not fenced then src.offset, src.where, src.changed = offset, sub, true end
   out[#out + 1] = status
   out[#out + 1] = seq
+  if status == ST.FAILED then out[#out + 1] = failed_as end
   if want_state then
     for i = 1, W do
       if in_mask(mask, i) then
@@ -254,7 +264,7 @@ for _, src in ipairs(sources) do
     fence_args[#fence_args + 1] = src.field
     fence_args[#fence_args + 1] = src.topic .. '|' .. string.format('%d', src.offset) .. '|' .. src.where
     local list = {}
-    for pos in pairs(src.rejected) do list[#list + 1] = pos end
+    for pos, why in pairs(src.rejected) do list[#list + 1] = why == '' and pos or pos .. ':' .. why end
     if #list > 0 then
       table.sort(list)
       fence_args[#fence_args + 1] = src.field .. '!r'

@@ -30,7 +30,7 @@ from tests.oracle import (
     now_ms,
     run_model,
 )
-from worker.apply import Applier
+from worker.apply import ARGV_HEADER, ARGV_PER_EVENT, ARGV_PER_SOURCE, Applier
 from worker.dlq import (
     HEADER_ERROR_CLASS,
     HEADER_ERROR_TEXT,
@@ -71,12 +71,14 @@ def poisoned(monkeypatch) -> Poison:
     def corrupt_call(self: Applier, chunk: Any, want_state: bool) -> Any:
         call = real_call(self, chunk, want_state)
         args = list(call.args)
-        base = 7 + len(chunk.instances)
+        base = ARGV_HEADER + ARGV_PER_SOURCE * len(chunk.sources) + len(chunk.instances)
         for e, entry in enumerate(chunk.events):
             if entry.event.member.startswith("poison"):
-                args[base + e * 6 + 2] = "not-a-number"  # the score: apply.lua's arithmetic raises
+                args[base + e * ARGV_PER_EVENT + 2] = (
+                    "not-a-number"  # the score: apply.lua's arithmetic raises
+                )
                 poison.lua += 1
-        return type(call)(call.keys, args)
+        return type(call)(call.keys, args, call.ids)
 
     def failing_slots(self: Applier, board_type: Any, ts: int) -> Any:
         if ts == poison.magic_ts:

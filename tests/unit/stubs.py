@@ -15,7 +15,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 
 from common.periods import Period, PeriodCache
 from common.scripts import Call
-from worker.apply import Applier
+from worker.apply import ARGV_HEADER, ARGV_PER_EVENT, ARGV_PER_SOURCE, Applier
 
 TIMESTAMP_NOT_AVAILABLE = 0
 TIMESTAMP_CREATE_TIME = 1
@@ -325,13 +325,13 @@ def decode_call(call: Call) -> SentCall:
     keys = [k.decode() if isinstance(k, bytes) else k for k in call.keys]
     args = list(call.args)
     instances_n, events_n, sources_n = int(args[0]), int(args[1]), int(args[10])
-    per_event = 10 if str(args[9]) != "0" else 9
+    per_event = ARGV_PER_EVENT + (1 if str(args[9]) != "0" else 0)
     board = keys[0][keys[0].index("{") + 1 : keys[0].rindex("}")]
     assert keys[0].endswith(":seq") and keys[1].endswith(":meta") and keys[2].endswith(":fence")
     instances = tuple(keys[4 + 3 * i].split(":z:", 1)[1] for i in range(instances_n))
     assert len(keys) == 4 + 3 * instances_n
     assert len(call.ids) == events_n
-    base = 11 + 3 * sources_n
+    base = ARGV_HEADER + ARGV_PER_SOURCE * sources_n
     expires = tuple(int(a) for a in args[base : base + instances_n])
     base += instances_n
     assert len(args) == base + per_event * events_n
