@@ -70,7 +70,7 @@ WINDOWS = ("total", "day", "week")
 ARRAY_SIZE = 100
 SEED_REQUESTS = 300_000
 SEED_CLIENTS = 50
-DEDUPE_TTL_S = 7 * 24 * 3600  # rankstream's default dedupe window, for both designs
+DEDUPE_TTL_S = 7 * 24 * 3600  # the seed design's msgId dedupe record (the naive and ceiling runs)
 SEED_ROOM = "s:{gift:room1}"
 
 # librdkafka's informational lines (e.g. a purged background event when an admin client is
@@ -81,6 +81,7 @@ STALL_S = 60.0  # no progress for this long = the run failed, not a slow run
 WORKER_STOP_S = 30.0
 
 GOALS: dict[str, float] = {"events_per_s": 100_000, "vs_seed_ceiling": 1.5, "vs_naive": 5}
+MEMORY_GOALS: dict[str, float] = {"redis_bytes_per_event_id": 32}  # ceilings (bench/memory.py)
 _DIAGNOSTICS = (
     "single.events_per_s_from_assign",
     "arrays.events_per_s_from_assign",
@@ -124,6 +125,8 @@ ROWS = [
     Row("applied_arrays"),
     Row("time_to_first_event_s"),
     Row("time_to_first_event_s_arrays"),
+    Row("redis_bytes_per_event_id", "redis_bytes_per_event_id", at_most=True),
+    Row("redis_bytes_per_fence"),
     *(Row(f"details.{path}") for path in _DIAGNOSTICS),
 ]
 
@@ -728,23 +731,39 @@ def run() -> Result:
     }
     rng = random.Random(20261122)  # the same events every run: only the code under test changes
     started = time.monotonic()
+    from bench.memory import fence_bytes, measure_id_memory  # noqa: PLC0415 - it builds on this module
+
     with private_stack(FOLDER) as stack:
         single = measure_worker(stack, n, "single", rng)
+        fences = fence_bytes(stack.client, "b:")  # what the single run's boards hold
         arrays = measure_worker(stack, n, "arrays", rng)
+        ids = measure_id_memory(stack, rng)
         ceiling = measure_seed_ceiling(stack)
         naive = measure_naive(stack, naive_n, rng)
     for name, report in (("single", single), ("arrays", arrays)):
         if not report["applied_exact"]:
             say(f"WARNING: {name}: {report['applied']} events applied, expected exactly {n}")
+    summary = summarize(single, arrays, ceiling, naive)
+    summary["goals"] = {**summary["goals"], **MEMORY_GOALS}
+    summary["met_memory"] = {k: ids["bytes_per_event_id"] <= v for k, v in MEMORY_GOALS.items()}
     return {
-        **summarize(single, arrays, ceiling, naive),
+        **summary,
+        "redis_bytes_per_event_id": ids["bytes_per_event_id"],
+        "redis_bytes_per_fence": fences["bytes_per_fence"],
         "n_events": n,
         "naive_n_events": naive_n,
         "boards": BOARDS,
         "members": MEMBERS,
         "windows": list(WINDOWS),
         "array_size": ARRAY_SIZE,
-        "details": {"single": single, "arrays": arrays, "seed_ceiling": ceiling, "naive": naive},
+        "details": {
+            "single": single,
+            "arrays": arrays,
+            "seed_ceiling": ceiling,
+            "naive": naive,
+            "id_window": ids,
+            "fences": fences,
+        },
         **header,
         "duration_s": round(time.monotonic() - started, 1),
     }

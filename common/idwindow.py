@@ -7,10 +7,11 @@ of one board collide with probability 2^-80 per pair; with n ids in one window t
 any real event is taken for a duplicate is at most n^2 / 2^81: for n = 10^9 that is
 10^18 / 2.4e24 = 4.1e-7 (the goal is <= 1e-6).
 
-Memory: one id costs its fingerprint (10 B) and applied-at second (a 4-byte integer) in a
-listpack hash (about 18 B with the entry headers), plus its share of the bucket key (one key
-per 64-128 ids) and of the directory (one byte per bucket); bench/worker.py measures it with
-Redis' own INFO (`redis_bytes_per_event_id`).
+Memory: one id costs its fingerprint (10 B) and applied-at second (an integer score) in a
+listpack sorted set (about 18 B with the entry headers), plus its share of the bucket key (one
+key per 64-128 ids) and of the directory (one byte per bucket). Each write to a bucket first
+drops what left the window, so a bucket holds live ids only. bench/memory.py measures it with
+Redis' own INFO (`redis_bytes_per_event_id`): about 21 B per id.
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ from __future__ import annotations
 import hashlib
 
 FINGERPRINT_BYTES = 10
-# Redis' default hash-max-listpack-entries: a bucket that grows past it splits (a hash beyond it
-# would turn into a hashtable, 3-4x the bytes per entry)
+# Redis' default zset-max-listpack-entries: a bucket that grows past it splits (a sorted set
+# beyond it would turn into a skiplist, 3-4x the bytes per entry)
 LISTPACK_CAP = 128
 
 

@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import partial
-from typing import Any
+from typing import Any, cast
 from zoneinfo import ZoneInfo
 
 import redis
@@ -501,7 +501,7 @@ def _check_id_ttl(got: int) -> None:
 def _check_ids(client: redis.Redis, buckets: list[str], want: set[str]) -> None:
     got: set[bytes] = set()
     for bucket in buckets:
-        got.update(k.encode() if isinstance(k, str) else k for k in client.hkeys(bucket))
+        got.update(cast("list[bytes]", client.zrange(bucket, 0, -1)))
         _check_id_ttl(client.pttl(bucket))
     _eq(got, {fingerprint(i) for i in want}, "remembered id fingerprints")
 

@@ -1,16 +1,17 @@
 -- idwindow.lua: the board's id window (included by apply.lua; see common/idwindow.py).
 --
 -- Remembers each applied event's id fingerprint (10 bytes, computed by the worker) with the
--- second it was applied, for at least the id window. Stored as small hashes in Redis' compact
--- listpack encoding, addressed by extendible hashing so that each hash stays under the listpack
--- limit however many ids a board has:
+-- second it was applied, for at least the id window. Stored as small sorted sets in Redis'
+-- compact listpack encoding, addressed by extendible hashing so that each stays under the
+-- listpack limit however many ids a board has:
 --   <dir>                  string, one byte per slot: the local depth d of the slot's bucket
 --                          (absent: one bucket at depth 0); 2^D slots for global depth D
---   <dir>:<d>:<p>          hash fingerprint -> applied-at second: the bucket of every id whose
+--   <dir>:<d>:<p>          zset fingerprint -> applied-at second: the bucket of every id whose
 --                          24-bit slot value v has v mod 2^d = p
--- A bucket that outgrows the listpack limit drops its expired entries and, if still too big,
--- splits in two by the next bit (doubling the directory when d = D). Every key expires one
--- window after its last insert, so an idle board's window disappears whole.
+-- Each write to a bucket first drops its expired entries (the oldest, at the front of the
+-- listpack), so a bucket holds only ids still in the window; a bucket that then outgrows the
+-- listpack limit splits in two by the next bit (doubling the directory when d = D). Every key
+-- expires one window after its last insert, so an idle board's window disappears whole.
 
 local IDW = {}
 
@@ -48,7 +49,7 @@ end
 -- was fp applied less than the window ago (or earlier in this call)?
 function IDW.seen(w, fp)
   if w.pending[fp] then return true end
-  local at = redis.call('HGET', (bucket(w, fp)), fp)
+  local at = redis.call('ZSCORE', (bucket(w, fp)), fp)
   return at ~= false and now_s(w) - tonumber(at) < w.window
 end
 
@@ -67,19 +68,8 @@ local function set_depth(w, d, p, depth)
 end
 
 local function split(w, key, d, p)
-  local entries = redis.call('HGETALL', key)
+  local entries = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
   redis.call('DEL', key)
-  local now, live = now_s(w), {}
-  for i = 1, #entries, 2 do
-    if now - tonumber(entries[i + 1]) < w.window then live[#live + 1] = i end
-  end
-  local ttl = (w.window + 1) * 1000
-  if #live * 4 <= w.cap * 3 or d >= MAX_DEPTH then
-    -- enough room once the expired entries are gone (or the directory is at its limit): keep it
-    for _, i in ipairs(live) do redis.call('HSET', key, entries[i], entries[i + 1]) end
-    if #live > 0 then redis.call('PEXPIRE', key, ttl) end
-    return
-  end
   if dir_len(w) == 0 then
     redis.call('SET', w.dir, string.char(0))
     w.len = 1
@@ -90,19 +80,23 @@ local function split(w, key, d, p)
   end
   set_depth(w, d, p, d + 1)
   local keys = {string.format('%s:%d:%d', w.dir, d + 1, p), string.format('%s:%d:%d', w.dir, d + 1, p + 2 ^ d)}
-  local sizes = {0, 0}
-  for _, i in ipairs(live) do
-    local half = math.floor(slot_value(entries[i]) / 2 ^ d) % 2 + 1
-    redis.call('HSET', keys[half], entries[i], entries[i + 1])
-    sizes[half] = sizes[half] + 1
+  local halves = {{}, {}}
+  for i = 1, #entries, 2 do
+    local args = halves[math.floor(slot_value(entries[i]) / 2 ^ d) % 2 + 1]
+    args[#args + 1] = entries[i + 1]
+    args[#args + 1] = entries[i]
   end
   for half = 1, 2 do
-    if sizes[half] > 0 then redis.call('PEXPIRE', keys[half], ttl) end
-    if sizes[half] > w.cap then split(w, keys[half], d + 1, p + (half - 1) * 2 ^ d) end
+    local args = halves[half]
+    if #args > 0 then
+      redis.call('ZADD', keys[half], unpack(args))
+      redis.call('PEXPIRE', keys[half], (w.window + 1) * 1000)
+    end
+    if #args > 2 * w.cap and d + 1 < MAX_DEPTH then split(w, keys[half], d + 1, p + (half - 1) * 2 ^ d) end
   end
 end
 
--- phase 2: write the queued fingerprints, one HSET per bucket, splitting what outgrew the cap
+-- phase 2: write the queued fingerprints, one ZADD per bucket, splitting what outgrew the cap
 function IDW.flush(w)
   if #w.order == 0 then return end
   local now, ttl = string.format('%d', now_s(w)), (w.window + 1) * 1000
@@ -115,13 +109,15 @@ function IDW.flush(w)
       groups[key] = g
       keys[#keys + 1] = key
     end
-    g.args[#g.args + 1] = fp
     g.args[#g.args + 1] = now
+    g.args[#g.args + 1] = fp
   end
+  local stale = '(' .. string.format('%d', now_s(w) - w.window + 1)  -- applied a window ago or more
   for _, key in ipairs(keys) do
     local g = groups[key]
-    redis.call('HSET', key, unpack(g.args))
-    if redis.call('HLEN', key) > w.cap then
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', stale)
+    redis.call('ZADD', key, unpack(g.args))
+    if g.d < MAX_DEPTH and redis.call('ZCARD', key) > w.cap then
       split(w, key, g.d, g.p)
     else
       redis.call('PEXPIRE', key, ttl)

@@ -1,0 +1,94 @@
+"""What exactly-once costs in Redis memory, measured with Redis' own INFO (part of `bench worker`).
+
+One real worker ingests, through Kafka, N events with distinct ids into ONE board (so the board
+holds N ids in its id window), as arrays of 100 from the six partitions. Then, on the quiet Redis,
+the id window's keys are deleted and the drop of `used_memory` divided by N is
+`redis_bytes_per_event_id`; the same for the boards' fences (`redis_bytes_per_fence`, one per
+board, holding one field per source partition) over the 200 boards the throughput runs wrote.
+Knob: RANKSTREAM_BENCH_ID_EVENTS (N, default 120000).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+import uuid
+from collections.abc import Iterable
+from typing import cast
+
+import redis
+
+from bench.common import CpuMeter, Result, env_int, say
+from bench.worker import (
+    ARRAY_SIZE,
+    FOLDER,
+    Stack,
+    WorkerRun,
+    array_messages,
+    make_events,
+    produce,
+    start_worker,
+    stop_worker,
+    watch,
+)
+from rankstream.stack import free_port
+from rankstream.topics import ensure_topics
+
+DEFAULT_ID_EVENTS = 120_000
+BOARD = "gift:room0"
+
+
+def used_memory(client: redis.Redis) -> int:
+    return int(cast("dict[str, int]", client.info("memory"))["used_memory"])
+
+
+def freed_by_deleting(client: redis.Redis, keys: Iterable[bytes]) -> int:
+    """Bytes of `used_memory` the keys held: the drop when they are deleted."""
+    names = list(keys)
+    before = used_memory(client)
+    for start in range(0, len(names), 1000):
+        client.delete(*names[start : start + 1000])
+    return before - used_memory(client)
+
+
+def fence_bytes(client: redis.Redis, prefix: str) -> Result:
+    """Per fence (one per board that was written), from the boards a throughput run left."""
+    fences = list(client.scan_iter(match=f"{prefix}{{*}}:fence", count=10_000))
+    fields = sum(int(client.hlen(k)) - 1 for k in fences)  # less the epoch field
+    freed = freed_by_deleting(client, fences)
+    return {
+        "fences": len(fences),
+        "source_fields": fields,
+        "bytes": freed,
+        "bytes_per_fence": round(freed / max(1, len(fences)), 1),
+    }
+
+
+def measure_id_memory(stack: Stack, rng: random.Random) -> Result:
+    n = env_int("ID_EVENTS", DEFAULT_ID_EVENTS)
+    stack.client.flushall()
+    tag = f"ids-{uuid.uuid4().hex[:8]}"
+    settings = stack.settings(tag)
+    ensure_topics(settings)
+    events = [dict(e, board=BOARD) for e in make_events(n, tag, rng)]
+    say(f"ids: producing {n} events with distinct ids into one board")
+    produce(settings.kafka_bootstrap, settings.topic_updates, array_messages(events, ARRAY_SIZE))
+    run = WorkerRun(n, "bi:", f"bench-{tag}", free_port(), FOLDER / "worker-ids.log")
+    proc = start_worker(stack, settings, run)
+    try:
+        watch(stack.client, run, proc, CpuMeter({"worker": proc.pid, "bench": os.getpid()}))
+    finally:
+        stop_worker(proc)
+    time.sleep(0.5)
+    window = f"{run.prefix}{{{BOARD}}}:i"
+    keys = [window.encode(), *stack.client.scan_iter(match=f"{window}:*", count=10_000)]
+    buckets = len(keys) - 1
+    freed = freed_by_deleting(stack.client, keys)
+    return {
+        "ids": n,
+        "buckets": buckets,
+        "ids_per_bucket": round(n / max(1, buckets), 1),
+        "bytes": freed,
+        "bytes_per_event_id": round(freed / n, 2),
+    }
