@@ -23,7 +23,7 @@ from common.clients import redis_client
 from common.errors import ConfigError
 from common.keys import partition_sources
 from common.settings import Settings
-from worker.sources import EPOCH, KAFKA_TIMEOUT_S, REPLACES, new_epoch, stored_position, text
+from worker.sources import EPOCH, KAFKA_TIMEOUT_S, REPLACES, new_epoch, replay_field, stored_position, text
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +73,7 @@ def recover(settings: Settings) -> list[str]:
         )
     earliest = _earliest(settings, group.partitions)
     moves: list[TopicPartition] = []
+    replays: dict[str, str] = {}  # the workers do not dead-letter again what was committed before
     lines: list[str] = []
     for p in group.partitions:
         offset, _ = group.committed.get(p, (-1, None))
@@ -83,12 +84,14 @@ def recover(settings: Settings) -> list[str]:
         if target >= offset:
             continue
         moves.append(TopicPartition(settings.topic_updates, p, target, metadata=epoch))
+        replays[replay_field(p)] = str(offset)
         lines.append(f"partition {p}: {offset} -> {target} ({offset - target} offsets to re-apply)")
         if held is None and earliest[p] > 0:
             lines.append(
                 f"  warning: partition {p} starts at offset {earliest[p]}: retention deleted older events"
             )
     if moves:
+        client.hset(key, mapping=replays)  # type: ignore[arg-type]  # Mapping is invariant
         request = [ConsumerGroupTopicPartitions(settings.worker_group, moves)]
         result = admin.alter_consumer_group_offsets(request, request_timeout=KAFKA_TIMEOUT_S)
         for tp in result[settings.worker_group].result().topic_partitions:

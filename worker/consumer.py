@@ -359,43 +359,52 @@ class WorkerLoop:
     def execute(self, prepared: Prepared, group_metadata: object | None = None) -> None:
         """Apply, then in one transaction dead-letter, publish and commit the offsets (the apply
         thread: every producer call happens here)."""
-        rejections = list(prepared.rejections)
-        outcomes: list[Outcome] = []
         tally = _Tally()
-        if prepared.pairs:
-            started = time.perf_counter()
-            outcomes, failures = self._applier.apply_isolated(prepared.pairs, prepared.positions)
-            self.metrics.apply_seconds.observe(time.perf_counter() - started)
-            for failure in failures:
-                origin = prepared.origins[id(failure.event)]
-                _log.error("event failed, dead-lettering", extra={"error": repr(failure.error)})
-                rejections.append((origin.msg, internal_error(failure.error, origin.index), failure.error))
-            for outcome in outcomes:
-                tally.late += outcome.late_windows
-                rejection = _rejection(outcome, prepared.origins[id(outcome.event)])
-                if rejection is not None:
-                    rejections.append(rejection)
-                elif outcome.status is Status.APPLIED:
-                    tally.applied += 1
-                elif outcome.status is Status.REDELIVERED:
-                    tally.redelivered += 1
-                else:
-                    tally.duplicate += 1
+        outcomes, rejections = self._apply(prepared, tally)
+        guard = self._guard
         for msg, bad, error in rejections:
+            if guard is not None and guard.replayed(msg.partition() or 0, msg.offset() or 0):
+                continue  # dead-lettered before `rankstream recover` rewound it
             self._dlq.send(msg, bad, error)
             tally.dead[bad.reason] = tally.dead.get(bad.reason, 0) + 1
         if self._publisher is not None and outcomes:
             self._publisher.publish(outcomes)
         if group_metadata is None:  # process(): called on the consumer's own thread
             group_metadata = self._consumer.consumer_group_metadata()
-        offsets = _next_offsets(prepared.messages, None if self._guard is None else self._guard.epoch)
+        offsets = _next_offsets(prepared.messages, None if guard is None else guard.epoch)
         last = {tp.partition: tp.offset - 1 for tp in offsets}
-        if self._guard is not None:
-            self._guard.advance(last)  # Redis holds these now; then Kafka may say so
+        if guard is not None:
+            guard.advance(last)  # Redis holds these now; then Kafka may say so
         self._outputs.commit(offsets, group_metadata)
-        if self._guard is not None:
-            self._guard.committed(last)
+        if guard is not None:
+            guard.committed(last)
         self._count(tally)
+
+    def _apply(self, prepared: Prepared, tally: _Tally) -> tuple[list[Outcome], list[Rejection]]:
+        """Apply the batch's events in Redis; what to dead-letter: the parser's rejections, the
+        events whose processing raised, and what the script rejected."""
+        rejections = list(prepared.rejections)
+        if not prepared.pairs:
+            return [], rejections
+        started = time.perf_counter()
+        outcomes, failures = self._applier.apply_isolated(prepared.pairs, prepared.positions)
+        self.metrics.apply_seconds.observe(time.perf_counter() - started)
+        for failure in failures:
+            origin = prepared.origins[id(failure.event)]
+            _log.error("event failed, dead-lettering", extra={"error": repr(failure.error)})
+            rejections.append((origin.msg, internal_error(failure.error, origin.index), failure.error))
+        for outcome in outcomes:
+            tally.late += outcome.late_windows
+            rejection = _rejection(outcome, prepared.origins[id(outcome.event)])
+            if rejection is not None:
+                rejections.append(rejection)
+            elif outcome.status is Status.APPLIED:
+                tally.applied += 1
+            elif outcome.status is Status.REDELIVERED:
+                tally.redelivered += 1
+            else:
+                tally.duplicate += 1
+        return outcomes, rejections
 
     def _count(self, tally: _Tally) -> None:
         """Counted per committed batch: a labelled inc() per event costs ~10% of the worker's CPU."""

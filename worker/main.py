@@ -149,6 +149,7 @@ def build_loop(settings: Settings, metrics: WorkerMetrics) -> tuple[WorkerLoop, 
         legacy_ttl_ms=settings.dedupe_window_s * 1000,
         adopt_window_ms=settings.id_window_s * 1000,
     )
+    guard.start()
     fence = PredecessorFence(settings, client, transactional_id)
     metrics.watch(lambda: outputs.replaced, lambda: len(fence.fenced))
     loop = WorkerLoop(

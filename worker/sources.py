@@ -29,9 +29,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 import redis
-from confluent_kafka import Consumer, TopicCollection, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicCollection, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from common.errors import InfrastructureError
 from common.keys import partition_sources
 from worker.apply import Applier, Source
 
@@ -41,6 +42,11 @@ KAFKA_TIMEOUT_S = 10.0
 EPOCH = "epoch"
 REPLACES = "replaces"  # the epoch an `accept-redis` start replaced: the group's commits may still name it
 LEGACY_UNTIL = "legacy_until"
+
+
+def replay_field(partition: int) -> str:
+    """Where `rankstream recover` notes the offset a partition was committed at before the rewind."""
+    return f"{partition}!replay"
 
 
 def new_epoch() -> str:
@@ -58,6 +64,8 @@ class Blocked:
 class _Partition:
     source: Source  # low_water = the last committed offset (-1: none)
     metadata: str | None  # the epoch the group's last commit carried (None: no commit, or a previous release)
+    known: bool = True  # False: the committed offset could not be read yet (asked again before a batch)
+    replay_until: int = -1  # `rankstream recover` rewound it: offsets below were dead-lettered before
 
 
 def stored_position(raw: bytes | str | None, topic_id: str) -> int | None:
@@ -115,25 +123,49 @@ class SourceGuard:
     def topic(self) -> str:
         return self._topic
 
+    def start(self) -> None:
+        """At start-up: the topic's id, which every fence records (a worker that can't learn it
+        must not apply anything: it exits, and is restarted)."""
+        self._topic_id = self._describe_topic_id()
+
     # --- consumer thread: rebalance callbacks and the loop ---------------------------------------
     def on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        mine = [tp for tp in partitions if tp.topic == self._topic]
+        mine = [tp.partition for tp in partitions if tp.topic == self._topic]
         if not mine:
             return
-        self._topic_id = self._describe_topic_id()
-        committed = consumer.committed(
-            [TopicPartition(self._topic, tp.partition) for tp in mine], KAFKA_TIMEOUT_S
-        )
+        try:  # a recreated topic has a new id; keep the one known if Kafka can't say now
+            self._topic_id = self._describe_topic_id()
+        except KafkaException as exc:
+            _log.warning("could not read the topic id, keeping the last one", extra={"error": str(exc)})
+        for p in mine:
+            self._parts[p] = _Partition(Source(self._topic, p, self._topic_id, -1), None, known=False)
+        self._read_commits(consumer, mine)
+
+    def _read_commits(self, consumer: Consumer, partitions: list[int]) -> None:
+        """The group's committed offset and epoch of each partition; left unknown on failure."""
+        wanted = [TopicPartition(self._topic, p) for p in partitions]
+        try:
+            committed = consumer.committed(wanted, KAFKA_TIMEOUT_S)
+        except KafkaException as exc:
+            _log.warning("could not read committed offsets yet", extra={"error": str(exc)})
+            return
         for tp in committed:
-            offset = tp.offset - 1 if tp.offset >= 0 else -1
-            self._parts[tp.partition] = _Partition(
-                Source(self._topic, tp.partition, self._topic_id, offset), tp.metadata or None
-            )
+            part = self._parts.get(tp.partition)
+            if part is not None:
+                offset = tp.offset - 1 if tp.offset >= 0 else -1
+                part.source = Source(self._topic, tp.partition, self._topic_id, offset)
+                part.metadata, part.known = tp.metadata or None, True
 
     def on_revoke(self, partitions: list[TopicPartition]) -> None:
         for tp in partitions:
             self._parts.pop(tp.partition, None)
             self.blocked.pop(tp.partition, None)
+
+    def replayed(self, partition: int, offset: int) -> bool:
+        """Was this message's batch committed before `rankstream recover` rewound the group? Then
+        its dead letters went out already and are not sent again."""
+        part = self._parts.get(partition)
+        return part is not None and offset < part.replay_until
 
     def source(self, topic: str, partition: int) -> Source:
         part = self._parts.get(partition)
@@ -145,8 +177,18 @@ class SourceGuard:
         """Before a batch: may these partitions be applied? Sets the applier's epoch and legacy
         mode; returns the partitions that may not (and remembers them as blocked)."""
         numbers = sorted(set(partitions))
+        unknown = [p for p in numbers if p in self._parts and not self._parts[p].known]
+        if unknown:
+            self._read_commits(consumer, unknown)
+            if any(not self._parts[p].known for p in unknown):
+                raise InfrastructureError("the group's committed offsets can't be read")
         fields = [EPOCH, REPLACES, LEGACY_UNTIL, *(str(p) for p in numbers)]
+        fields += [replay_field(p) for p in numbers]
         values = self._client.hmget(self._key, fields)
+        for p, raw in zip(numbers, values[3 + len(numbers) :], strict=True):
+            if p in self._parts:
+                self._parts[p].replay_until = int(raw) if raw is not None else -1
+        values = values[: 3 + len(numbers)]
         epoch, replaces, legacy_until = (text(v) for v in values[:3])
         if epoch is None:
             epoch = self._start_epoch(consumer)
