@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
 import urllib.error
@@ -20,6 +21,7 @@ from confluent_kafka import Consumer, Message, Producer
 from api.app import create_app
 from common.boards import load_boards
 from common.settings import Settings
+from rankstream.stack import free_port
 from tests.oracle import BOARDS, Model
 from tests.oracle import Message as StreamMessage
 from worker.consumer import WorkerLoop
@@ -143,3 +145,26 @@ def http_status(url: str) -> int:
         return int(exc.code)
     except OSError:
         return 0
+
+
+def worker_env(settings: Settings, http_port: int = 0, worker_id: str = "") -> dict[str, str]:
+    """The environment of a `rankstream worker` subprocess for `settings` (none of the test
+    process' own RANKSTREAM_ variables leak in)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RANKSTREAM_")}
+    env.update(
+        {
+            "RANKSTREAM_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
+            "RANKSTREAM_REDIS_URL": settings.redis_url.get_secret_value(),
+            "RANKSTREAM_BOARDS": str(settings.boards),
+            "RANKSTREAM_TOPIC_UPDATES": settings.topic_updates,
+            "RANKSTREAM_TOPIC_DLQ": settings.topic_dlq,
+            "RANKSTREAM_TOPIC_CACHE": settings.topic_cache,
+            "RANKSTREAM_WORKER_GROUP": settings.worker_group,
+            "RANKSTREAM_KEY_PREFIX": settings.key_prefix,
+            "RANKSTREAM_WORKER_HTTP_PORT": str(http_port or free_port()),
+            "RANKSTREAM_LOG_LEVEL": "WARNING",
+        }
+    )
+    if worker_id:  # like a pod's name: the same id after a restart fences the dead one's transaction
+        env["RANKSTREAM_WORKER_ID"] = worker_id
+    return env

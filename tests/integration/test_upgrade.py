@@ -6,7 +6,6 @@ are caught by the old `:id:` keys, each bad event is dead-lettered once."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -20,7 +19,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from common.keys import partition_sources
 from common.settings import Settings
 from rankstream.stack import free_port
-from tests.helpers import applied_so_far, check_dlq, http_status, wait_for
+from tests.helpers import applied_so_far, check_dlq, http_status, wait_for, worker_env
 from tests.integration.test_worker_oracle import total_applied, worker_process
 from tests.oracle import BOARDS, ORACLE_BOARDS, Message, compare_redis, generate, now_ms, run_model
 
@@ -44,23 +43,8 @@ def previous_release(dest: Path) -> Path:
 def old_worker(settings: Settings, release: Path, log: Path) -> subprocess.Popen[bytes]:
     """`rankstream worker` of the previous release: its tree is cwd and PYTHONPATH, so its modules
     shadow the editable install of this one."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("RANKSTREAM_", "PYTHON"))}
-    env.update(
-        {
-            "PYTHONPATH": str(release),
-            "RANKSTREAM_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
-            "RANKSTREAM_REDIS_URL": settings.redis_url.get_secret_value(),
-            "RANKSTREAM_BOARDS": str(settings.boards),
-            "RANKSTREAM_TOPIC_UPDATES": settings.topic_updates,
-            "RANKSTREAM_TOPIC_DLQ": settings.topic_dlq,
-            "RANKSTREAM_TOPIC_CACHE": settings.topic_cache,
-            "RANKSTREAM_WORKER_GROUP": settings.worker_group,
-            "RANKSTREAM_KEY_PREFIX": settings.key_prefix,
-            "RANKSTREAM_WORKER_HTTP_PORT": str(free_port()),
-            "RANKSTREAM_WORKER_ID": "pod-a",
-            "RANKSTREAM_LOG_LEVEL": "WARNING",
-        }
-    )
+    env = {k: v for k, v in worker_env(settings, worker_id="pod-a").items() if not k.startswith("PYTHON")}
+    env["PYTHONPATH"] = str(release)
     argv = [sys.executable, "-m", "rankstream.cli", "worker"]
     with log.open("wb") as out:
         return subprocess.Popen(argv, env=env, cwd=release, stdout=out, stderr=subprocess.STDOUT)

@@ -4,7 +4,6 @@ with the dead-letter topic exact each time (the worker's outputs are transaction
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -14,8 +13,7 @@ from pathlib import Path
 import pytest
 
 from common.settings import Settings
-from rankstream.stack import free_port
-from tests.helpers import applied_so_far, check_dlq, produce, running_worker, wait_for
+from tests.helpers import applied_so_far, check_dlq, produce, running_worker, wait_for, worker_env
 from tests.oracle import ORACLE_BOARDS, Message, Model, compare_redis, generate, now_ms, run_model
 
 pytestmark = pytest.mark.integration
@@ -48,23 +46,7 @@ def make_stream(seed: int) -> tuple[list[Message], Model]:
 def worker_process(
     settings: Settings, http_port: int = 0, worker_id: str = "", extra_env: dict[str, str] | None = None
 ) -> subprocess.Popen[bytes]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RANKSTREAM_")}
-    env.update(
-        {
-            "RANKSTREAM_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
-            "RANKSTREAM_REDIS_URL": settings.redis_url.get_secret_value(),
-            "RANKSTREAM_BOARDS": str(settings.boards),
-            "RANKSTREAM_TOPIC_UPDATES": settings.topic_updates,
-            "RANKSTREAM_TOPIC_DLQ": settings.topic_dlq,
-            "RANKSTREAM_TOPIC_CACHE": settings.topic_cache,
-            "RANKSTREAM_WORKER_GROUP": settings.worker_group,
-            "RANKSTREAM_KEY_PREFIX": settings.key_prefix,
-            "RANKSTREAM_WORKER_HTTP_PORT": str(http_port or free_port()),
-            "RANKSTREAM_LOG_LEVEL": "WARNING",
-        }
-    )
-    if worker_id:  # like a pod's name: the same id after a restart fences the dead one's transaction
-        env["RANKSTREAM_WORKER_ID"] = worker_id
+    env = worker_env(settings, http_port, worker_id)
     env.update(extra_env or {})
     argv = [sys.executable, "-m", "rankstream.cli", "worker"]
     return subprocess.Popen(argv, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
