@@ -23,7 +23,7 @@ from common.clients import redis_client
 from common.errors import ConfigError
 from common.keys import partition_sources
 from common.settings import Settings
-from worker.sources import EPOCH, KAFKA_TIMEOUT_S, REPLACES, new_epoch, replay_field, stored_position, text
+from worker.sources import EPOCH, KAFKA_TIMEOUT_S, new_epoch, replay_field, stored_position, text
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,12 +110,12 @@ def accept_redis(settings: Settings) -> list[str]:
     lines: list[str] = []
     mapping: dict[str, str] = {}
     if epoch is None:
-        epoch = new_epoch()
+        # the group's commits name the epoch Redis lost: keep it, so boards written meanwhile
+        # (a batch in flight when Redis was emptied) stay valid; a new one only if none does
+        named = sorted({m for _, m in group.committed.values() if m})
+        epoch = named[-1] if len(named) == 1 else new_epoch()
         mapping[EPOCH] = epoch
-        previous = {m for _, m in group.committed.values() if m}
-        if previous:
-            mapping[REPLACES] = sorted(previous)[0]
-        lines.append(f"Redis starts over as epoch {epoch}")
+        lines.append(f"Redis starts over in epoch {epoch}")
     for p, (offset, _) in sorted(group.committed.items()):
         mapping[str(p)] = f"{group.topic_id}|{offset - 1}"
         lines.append(f"partition {p}: Redis taken as holding everything before offset {offset}")

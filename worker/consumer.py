@@ -47,7 +47,7 @@ _log = logging.getLogger(__name__)
 MAX_BACKOFF_S = 5.0
 EXIT_RESERVE_S = 0.5  # of the shutdown deadline, for what follows the loop (logs, interpreter exit)
 SETTLE_SLICE_S = 0.1  # how often a wait for the batch in flight looks for a SIGTERM
-RECHECK_BLOCKED_S = 5.0  # how often a partition blocked by worker/sources.py is looked at again
+RECHECK_S = 5.0  # how often the partitions held are checked against Redis while nothing arrives
 
 # (message, why, what raised for internal_error)
 Rejection = tuple[MessageLike, BadEvent, BaseException | None]
@@ -182,7 +182,7 @@ class WorkerLoop:
                 self._rewind(prepared.messages)
                 continue
             if not self._to_rewind:
-                self._recheck_blocked()
+                self._recheck()
                 if prepared is not None:
                     self._inflight = (
                         prepared,
@@ -219,13 +219,15 @@ class WorkerLoop:
             self._block(prepared, blocked)
         return not blocked
 
-    def _block(self, prepared: Prepared, blocked: Sequence[Blocked]) -> None:
+    def _block(self, prepared: Prepared, blocked: Sequence[Blocked], board: str | None = None) -> None:
+        """Pause the partitions and say so: which, why, the board (`board`, else the first of the
+        batch from that partition) and the fix."""
         boards: dict[int, str] = {}
         for event, _ in prepared.pairs:
             origin = prepared.origins[id(event)]
-            boards.setdefault(origin.msg.partition() or 0, event.board)
-        topic = prepared.messages[0].topic() or ""
-        self._consumer.pause([TopicPartition(topic, b.partition) for b in blocked])
+            boards.setdefault(origin.msg.partition() or 0, board or event.board)
+        assert self._guard is not None
+        self._consumer.pause([TopicPartition(self._guard.topic, b.partition) for b in blocked])
         for b in blocked:
             _log.error(
                 "partition blocked: Redis does not hold what Kafka's commits say was applied",
@@ -235,18 +237,26 @@ class WorkerLoop:
         assert self._guard is not None
         self.metrics.set_blocked(self._guard.blocked.values(), boards)
 
-    def _recheck_blocked(self) -> None:
-        """A blocked partition is looked at again every few seconds, and resumed once Redis agrees."""
+    def _recheck(self) -> None:
+        """Every few seconds, also while idle: every partition held is checked against Redis (a
+        Redis lost while no message arrives is noticed), and a blocked one resumes once Redis agrees."""
         guard = self._guard
-        if guard is None or not guard.blocked or time.monotonic() - self._rechecked < RECHECK_BLOCKED_S:
+        if guard is None or time.monotonic() - self._rechecked < RECHECK_S:
             return
         self._rechecked = time.monotonic()
         was = dict(guard.blocked)
         try:
-            guard.check(self._consumer, was)
-        except Exception as exc:  # noqa: BLE001 - still blocked; try again later
-            _log.warning("could not re-check blocked partitions", extra={"error": str(exc)})
+            newly = [b for b in guard.check(self._consumer, guard.held()) if b.partition not in was]
+        except Exception as exc:  # noqa: BLE001 - as it was; try again later
+            _log.warning("could not check Redis against the commits", extra={"error": str(exc)})
             return
+        if newly:  # said now; paused (naming the board) when the partition's next batch arrives
+            for b in newly:
+                _log.error(
+                    "partition blocked: Redis does not hold what Kafka's commits say was applied",
+                    extra={"partition": b.partition, "board": "", "reason": b.reason, "detail": b.detail,
+                           "fix": "rankstream recover | rankstream accept-redis"},
+                )  # fmt: skip
         freed = [p for p in was if p not in guard.blocked]
         if freed:
             self._consumer.resume([TopicPartition(guard.topic, p) for p in freed])
@@ -272,15 +282,9 @@ class WorkerLoop:
         except EpochMismatch as exc:  # a board from another data set: its partitions stop
             self._to_rewind.extend(prepared.messages)
             assert self._guard is not None
-            partitions = {
-                prepared.origins[id(e)].msg.partition() or 0
-                for e, _ in prepared.pairs
-                if e.board == exc.board
-            }
-            blocked = [Blocked(p, "epoch_mismatch", str(exc)) for p in sorted(partitions)]
-            for b in blocked:
-                self._guard.blocked[b.partition] = b
-            self._block(prepared, blocked)
+            origins = [prepared.origins[id(e)] for e, _ in prepared.pairs if e.board == exc.board]
+            partitions = {o.msg.partition() or 0 for o in origins}
+            self._block(prepared, self._guard.block_board(partitions, str(exc)), exc.board)
             return
         except Exception as exc:  # noqa: BLE001 - every other failure rewinds and backs off
             self.metrics.retries.inc()
@@ -362,20 +366,24 @@ class WorkerLoop:
         tally = _Tally()
         outcomes, rejections = self._apply(prepared, tally)
         guard = self._guard
-        for msg, bad, error in rejections:
-            if guard is not None and guard.replayed(msg.partition() or 0, msg.offset() or 0):
-                continue  # dead-lettered before `rankstream recover` rewound it
-            self._dlq.send(msg, bad, error)
-            tally.dead[bad.reason] = tally.dead.get(bad.reason, 0) + 1
-        if self._publisher is not None and outcomes:
-            self._publisher.publish(outcomes)
-        if group_metadata is None:  # process(): called on the consumer's own thread
-            group_metadata = self._consumer.consumer_group_metadata()
         offsets = _next_offsets(prepared.messages, None if guard is None else guard.epoch)
         last = {tp.partition: tp.offset - 1 for tp in offsets}
         if guard is not None:
-            guard.advance(last)  # Redis holds these now; then Kafka may say so
-        self._outputs.commit(offsets, group_metadata)
+            guard.advance(last)  # Redis holds these now (the last Redis call: Kafka's turn next)
+        if group_metadata is None:  # process(): called on the consumer's own thread
+            group_metadata = self._consumer.consumer_group_metadata()
+        try:
+            for msg, bad, error in rejections:
+                if guard is not None and guard.replayed(msg.partition() or 0, msg.offset() or 0):
+                    continue  # dead-lettered before `rankstream recover` rewound it
+                self._dlq.send(msg, bad, error)
+                tally.dead[bad.reason] = tally.dead.get(bad.reason, 0) + 1
+            if self._publisher is not None and outcomes:
+                self._publisher.publish(outcomes)
+            self._outputs.commit(offsets, group_metadata)
+        except BaseException:
+            self._outputs.abort()  # what the failed batch produced must not ride along with its retry
+            raise
         if guard is not None:
             guard.committed(last)
         self._count(tally)

@@ -40,8 +40,8 @@ _log = logging.getLogger(__name__)
 NO_OFFSET = -1001  # librdkafka's OFFSET_INVALID: nothing committed
 KAFKA_TIMEOUT_S = 10.0
 EPOCH = "epoch"
-REPLACES = "replaces"  # the epoch an `accept-redis` start replaced: the group's commits may still name it
 LEGACY_UNTIL = "legacy_until"
+BOARD_EPOCH = "board_epoch_mismatch"
 
 
 def replay_field(partition: int) -> str:
@@ -77,12 +77,10 @@ def stored_position(raw: bytes | str | None, topic_id: str) -> int | None:
     return int(offset) if tid == topic_id else None
 
 
-def judge(
-    partition: int, part: _Partition, epoch: str, replaces: str | None, stored: int | None
-) -> Blocked | None:
+def judge(partition: int, part: _Partition, epoch: str, stored: int | None) -> Blocked | None:
     """Whether partition `part` may be applied onto Redis' data set `epoch` holding `stored`."""
     committed = part.source.low_water
-    if part.metadata is not None and part.metadata not in (epoch, replaces):
+    if part.metadata is not None and part.metadata != epoch:
         detail = f"the group committed into Redis epoch {part.metadata}, Redis holds epoch {epoch}"
         return Blocked(partition, "epoch_mismatch", detail)
     if committed < 0 or (stored is None and part.metadata is None):
@@ -182,14 +180,14 @@ class SourceGuard:
             self._read_commits(consumer, unknown)
             if any(not self._parts[p].known for p in unknown):
                 raise InfrastructureError("the group's committed offsets can't be read")
-        fields = [EPOCH, REPLACES, LEGACY_UNTIL, *(str(p) for p in numbers)]
+        fields = [EPOCH, LEGACY_UNTIL, *(str(p) for p in numbers)]
         fields += [replay_field(p) for p in numbers]
         values = self._client.hmget(self._key, fields)
-        for p, raw in zip(numbers, values[3 + len(numbers) :], strict=True):
+        for p, raw in zip(numbers, values[2 + len(numbers) :], strict=True):
             if p in self._parts:
                 self._parts[p].replay_until = int(raw) if raw is not None else -1
-        values = values[: 3 + len(numbers)]
-        epoch, replaces, legacy_until = (text(v) for v in values[:3])
+        values = values[: 2 + len(numbers)]
+        epoch, legacy_until = (text(v) for v in values[:2])
         if epoch is None:
             epoch = self._start_epoch(consumer)
             if epoch is None:
@@ -198,27 +196,40 @@ class SourceGuard:
                     for p in numbers
                 ]
                 return self._remember(numbers, verdicts)
-            replaces, legacy_until = None, text(self._client.hget(self._key, LEGACY_UNTIL))
+            legacy_until = text(self._client.hget(self._key, LEGACY_UNTIL))
         self.epoch = epoch
         self._applier.epoch = epoch
         adopting = legacy_until is not None and int(legacy_until) > time.time() * 1000
         self._applier.legacy_ttl_ms = self._legacy_ttl_ms if adopting else 0
         verdicts = []
-        for p, raw in zip(numbers, values[3:], strict=True):
+        for p, raw in zip(numbers, values[2:], strict=True):
             part = self._parts.get(p)
             if part is None:
                 continue
-            verdict = judge(p, part, epoch, replaces, stored_position(raw, self._topic_id))
+            verdict = judge(p, part, epoch, stored_position(raw, self._topic_id))
             if verdict is not None:
                 verdicts.append(verdict)
         return self._remember(numbers, verdicts)
 
     def _remember(self, numbers: list[int], verdicts: list[Blocked]) -> list[Blocked]:
+        """The verdicts of this check replace the last ones, except a board's own epoch mismatch,
+        which only a restart (or losing the partition) clears: the check can't see boards."""
         for p in numbers:
-            self.blocked.pop(p, None)
+            if p in self.blocked and self.blocked[p].reason != BOARD_EPOCH:
+                del self.blocked[p]
+        for verdict in verdicts:
+            self.blocked.setdefault(verdict.partition, verdict)
+        return [v for v in verdicts if self.blocked[v.partition] is v]
+
+    def block_board(self, partitions: Iterable[int], detail: str) -> list[Blocked]:
+        """apply.lua found a board written in another epoch: its partitions stop for good."""
+        verdicts = [Blocked(p, BOARD_EPOCH, detail) for p in sorted(partitions)]
         for verdict in verdicts:
             self.blocked[verdict.partition] = verdict
         return verdicts
+
+    def held(self) -> list[int]:
+        return sorted(self._parts)
 
     def _start_epoch(self, consumer: Consumer) -> str | None:
         """Redis has no epoch: start one (fresh deployment, or adopting the previous release's

@@ -19,14 +19,13 @@ def part(committed: int, metadata: str | None) -> _Partition:
         (41, "E1", 41, None),  # Redis holds everything committed
         (41, "E1", 45, None),  # and more (a batch applied, its commit lost: fences skip it)
         (41, None, None, None),  # the previous release's commits: adopted
-        (41, "E0", 41, None),  # committed into the epoch accept-redis replaced
         (41, "E1", 40, "redis_behind"),  # a restored backup, or writes lost
         (41, "E1", None, "redis_behind"),  # the group applied into this epoch, Redis never saw it
         (41, "E9", 41, "epoch_mismatch"),  # another data set than the group applied into
     ],
 )
 def test_judge(committed: int, metadata: str | None, stored: int | None, verdict: str | None) -> None:
-    got = judge(3, part(committed, metadata), "E1", "E0", stored)
+    got = judge(3, part(committed, metadata), "E1", stored)
     assert (got.reason if got else None) == verdict
     if got is not None:
         assert got.partition == 3 and got.detail
