@@ -142,10 +142,10 @@ class WorkerLoop:
     # --- rebalance callbacks (run inside consume()) -------------------------------------------
     def on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self.assigned += len(partitions)
+        if self._fence is not None:  # first: reading the commits waits on a dead owner's transaction
+            self._fence.on_assign(partitions)
         if self._guard is not None:
             self._guard.on_assign(consumer, partitions)
-        if self._fence is not None:
-            self._fence.on_assign(partitions)
         _log.info("partitions assigned", extra={"partitions": [p.partition for p in partitions]})
 
     def on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
