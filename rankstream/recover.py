@@ -23,7 +23,16 @@ from common.clients import redis_client
 from common.errors import ConfigError
 from common.keys import partition_sources
 from common.settings import Settings
-from worker.sources import EPOCH, KAFKA_TIMEOUT_S, new_epoch, replay_field, stored_position, text
+from worker.sources import (
+    ACCEPTED,
+    EPOCH,
+    KAFKA_TIMEOUT_S,
+    new_epoch,
+    raise_applied,
+    replay_field,
+    stored_position,
+    text,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +81,8 @@ def recover(settings: Settings) -> list[str]:
             "to start from an empty Redis"
         )
     earliest = _earliest(settings, group.partitions)
-    moves: list[TopicPartition] = []
+    commits: list[TopicPartition] = []  # every committed partition, with Redis' epoch
+    records: dict[int, int] = {}  # what Redis holds, for partitions it had no record of
     replays: dict[str, str] = {}  # the workers do not dead-letter again what was committed before
     lines: list[str] = []
     for p in group.partitions:
@@ -80,19 +90,23 @@ def recover(settings: Settings) -> list[str]:
         if offset < 0:
             continue
         held = stored_position(stored.get(str(p).encode()), group.topic_id)
-        target = held + 1 if held is not None else earliest[p]
-        if target >= offset:
+        target = min(offset, held + 1 if held is not None else earliest[p])
+        commits.append(TopicPartition(settings.topic_updates, p, target, metadata=epoch))
+        if held is None:
+            records[p] = target - 1
+        if target == offset:
             continue
-        moves.append(TopicPartition(settings.topic_updates, p, target, metadata=epoch))
-        replays[replay_field(p)] = str(offset)
+        replays[replay_field(p)] = f"{group.topic_id}|{offset}"
         lines.append(f"partition {p}: {offset} -> {target} ({offset - target} offsets to re-apply)")
         if held is None and earliest[p] > 0:
             lines.append(
                 f"  warning: partition {p} starts at offset {earliest[p]}: retention deleted older events"
             )
-    if moves:
+    raise_applied(client, key, group.topic_id, records)
+    if replays:
         client.hset(key, mapping=replays)  # type: ignore[arg-type]  # Mapping is invariant
-        request = [ConsumerGroupTopicPartitions(settings.worker_group, moves)]
+    if commits:
+        request = [ConsumerGroupTopicPartitions(settings.worker_group, commits)]
         result = admin.alter_consumer_group_offsets(request, request_timeout=KAFKA_TIMEOUT_S)
         for tp in result[settings.worker_group].result().topic_partitions:
             if tp.error is not None:
@@ -101,26 +115,30 @@ def recover(settings: Settings) -> list[str]:
 
 
 def accept_redis(settings: Settings) -> list[str]:
-    """Record Redis as holding every partition up to its committed offset (a new epoch if empty)."""
+    """Record Redis as holding every partition up to its committed offset (never lowering what
+    it records), in the epoch the commits name (a new one if they name none or several), and
+    accept the commits' epochs."""
     admin = AdminClient(settings.librdkafka())
     group = _group(settings, admin)
     client = redis_client(settings)
     key = partition_sources(settings.key_prefix, settings.worker_group, settings.topic_updates)
-    epoch = text(client.hget(key, EPOCH))
+    named = sorted({m for _, m in group.committed.values() if m})
     lines: list[str] = []
-    mapping: dict[str, str] = {}
-    if epoch is None:
-        # the group's commits name the epoch Redis lost: keep it, so boards written meanwhile
-        # (a batch in flight when Redis was emptied) stay valid; a new one only if none does
-        named = sorted({m for _, m in group.committed.values() if m})
-        epoch = named[-1] if len(named) == 1 else new_epoch()
-        mapping[EPOCH] = epoch
-        lines.append(f"Redis starts over in epoch {epoch}")
-    for p, (offset, _) in sorted(group.committed.items()):
-        mapping[str(p)] = f"{group.topic_id}|{offset - 1}"
-        lines.append(f"partition {p}: Redis taken as holding everything before offset {offset}")
-    if mapping:
-        client.hset(key, mapping=mapping)  # type: ignore[arg-type]  # Mapping is invariant
+    # an empty Redis keeps the epoch the commits name, so boards written meanwhile (a batch in
+    # flight when Redis was emptied) stay valid; a worker that started one first wins (HSETNX)
+    if client.hsetnx(key, EPOCH, named[-1] if len(named) == 1 else new_epoch()):
+        lines.append(f"Redis starts over in epoch {text(client.hget(key, EPOCH))}")
+    epoch = text(client.hget(key, EPOCH))
+    accepted = set((text(client.hget(key, ACCEPTED)) or "").split(",")) | set(named)
+    accepted -= {"", epoch}
+    if accepted:
+        client.hset(key, ACCEPTED, ",".join(sorted(accepted)))
+        lines.append(f"commits of epoch {', '.join(sorted(accepted))} accepted in epoch {epoch}")
+    raise_applied(client, key, group.topic_id, {p: offset - 1 for p, (offset, _) in group.committed.items()})
+    lines += [
+        f"partition {p}: Redis taken as holding everything before offset {offset}"
+        for p, (offset, _) in sorted(group.committed.items())
+    ]
     return lines or ["nothing committed yet: nothing to accept"]
 
 

@@ -4,6 +4,7 @@ array index) for the board's offset fence, and its id fingerprint for the id win
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -25,6 +26,7 @@ from worker.faults import is_infrastructure
 # apply.lua's ARGV layout (its header comment): header fields, then per source, then per instance
 # an expire-at, then per event (one more, the event id, while adopting the previous release)
 ARGV_HEADER, ARGV_PER_SOURCE, ARGV_PER_EVENT = 11, 3, 9
+_log = logging.getLogger(__name__)
 MAX_EVENTS_PER_CALL = 500  # bounds the time one script blocks Redis
 MAX_INSTANCES_PER_CALL = 48  # the window mask is a Lua double: 53 exact bits
 
@@ -326,7 +328,16 @@ class Applier:
                 if is_infrastructure(exc):
                     raise
                 failures.append(Failure(entry.event, exc))
-                self._remember_failure(chunk, entry, type(exc).__name__)
+                try:
+                    self._remember_failure(chunk, entry, type(exc).__name__)
+                except Exception as marker_exc:
+                    if is_infrastructure(marker_exc):
+                        raise
+                    # the board itself is broken (e.g. a foreign key in its place): the event is
+                    # dead-lettered now; a redelivery would fail (and be dead-lettered) again
+                    _log.error(
+                        "could not record a failed event in its fence", extra={"error": repr(marker_exc)}
+                    )
         return outcomes
 
     def _remember_failure(self, chunk: _Chunk, entry: _Entry, error_class: str) -> None:

@@ -31,7 +31,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from common.boards import BoardsConfig
 from common.deadline import Deadline
 from common.errors import BadEvent
-from common.events import Reason, UpdateEvent, parse_message, ts_ceiling, ts_out_of_range
+from common.events import MIN_TS_MS, Reason, UpdateEvent, parse_message, ts_ceiling, ts_out_of_range
 from common.kafka_types import MessageLike, consume_available
 from worker.apply import Applier, EarlierFailure, EpochMismatch, Outcome, Position, Status
 from worker.dlq import DeadLetters
@@ -40,14 +40,14 @@ from worker.fencing import PredecessorFence
 from worker.metrics import WorkerMetrics
 from worker.outputs import ProducerFenced, TransactionalOutputs
 from worker.publisher import CachePublisher
-from worker.sources import Blocked, SourceGuard
+from worker.sources import Blocked, PartitionsBlocked, SourceGuard
 from worker.threads import DaemonThread
 
 _log = logging.getLogger(__name__)
 MAX_BACKOFF_S = 5.0
 EXIT_RESERVE_S = 0.5  # of the shutdown deadline, for what follows the loop (logs, interpreter exit)
 SETTLE_SLICE_S = 0.1  # how often a wait for the batch in flight looks for a SIGTERM
-RECHECK_S = 5.0  # how often the partitions held are checked against Redis while nothing arrives
+RECHECK_S = 5.0  # how often every partition held is checked against Redis (blocked or idle ones too)
 
 # (message, why, what raised for internal_error)
 Rejection = tuple[MessageLike, BadEvent, BaseException | None]
@@ -117,7 +117,10 @@ class WorkerLoop:
         self._fence = fence
         self._guard = guard
         self.guard = guard
-        self._rechecked = 0.0
+        self._checked = 0.0  # when every partition held was last checked against Redis
+        self._paused: set[int] = set()  # partitions paused because they are blocked
+        self._told: set[int] = set()  # blocked partitions whose ERROR line named a board
+        self._told_idle: set[int] = set()  # blocked partitions said while idle (no board yet)
         self.metrics = metrics
         self.deadline = deadline
         self._batch_size = batch_size
@@ -145,7 +148,7 @@ class WorkerLoop:
         if self._fence is not None:  # first: reading the commits waits on a dead owner's transaction
             self._fence.on_assign(partitions)
         if self._guard is not None:
-            self._guard.on_assign(consumer, partitions)
+            self._guard.on_assign(partitions)
         _log.info("partitions assigned", extra={"partitions": [p.partition for p in partitions]})
 
     def on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
@@ -167,7 +170,11 @@ class WorkerLoop:
     def _forget(self, partitions: list[TopicPartition]) -> None:
         if self._guard is not None:
             self._guard.on_revoke(partitions)
-            self.metrics.set_blocked(self._guard.blocked.values())
+            gone = {tp.partition for tp in partitions}
+            self._paused -= gone
+            self._told -= gone
+            self._told_idle -= gone
+            self.metrics.set_blocked(dict(self._guard.blocked).values())
 
     # --- the loop -----------------------------------------------------------------------------
     def run(self) -> None:
@@ -178,19 +185,21 @@ class WorkerLoop:
             messages = [m for m in batch if not self._is_error(m)]
             prepared = self.prepare(messages) if messages else None  # overlaps the apply in flight
             self._settle()
-            if not self._to_rewind and prepared is not None and not self._admit(prepared):
-                self._rewind(prepared.messages)
-                continue
+            self._reconcile()
             if not self._to_rewind:
-                self._recheck()
+                full_check = self._guard is not None and time.monotonic() - self._checked >= RECHECK_S
+                if prepared is None and full_check:
+                    prepared = Prepared([], [], [], {}, [])  # while idle: only the check
                 if prepared is not None:
+                    if full_check:
+                        self._checked = time.monotonic()
                     self._inflight = (
                         prepared,
                         self._apply_thread.submit(
                             # taken here: on the apply thread it would deadlock against a rebalance
                             # callback waiting on this very batch (librdkafka's consumer lock)
                             functools.partial(
-                                self.execute, prepared, self._consumer.consumer_group_metadata()
+                                self.execute, prepared, self._consumer.consumer_group_metadata(), full_check
                             )
                         ),
                     )
@@ -203,67 +212,52 @@ class WorkerLoop:
             backoff = min(backoff * 2, MAX_BACKOFF_S)
         self._settle()
 
-    def _admit(self, prepared: Prepared) -> bool:
-        """Redis still holds what the commits say (worker/sources.py)? Partitions that fail are
-        paused; the batch is then rewound whole and its other partitions come back."""
-        if self._guard is None or not prepared.messages:
-            return True
-        try:
-            blocked = self._guard.check(self._consumer, {m.partition() or 0 for m in prepared.messages})
-        except Exception as exc:  # noqa: BLE001 - Redis or Kafka away: the batch goes back, as any fault
-            self.metrics.retries.inc()
-            self._to_rewind.extend(prepared.messages)
-            _log.warning("could not check Redis' epoch", extra={"error": f"{type(exc).__name__}: {exc}"})
-            return True
-        if blocked:
-            self._block(prepared, blocked)
-        return not blocked
+    def _reconcile(self) -> None:
+        """On the consumer's thread, with nothing in flight: say what the checks blocked
+        (worker/sources.py), pause what a batch met (so the line names its board), resume what
+        they freed."""
+        guard = self._guard
+        if guard is None:
+            return
+        blocked = dict(guard.blocked)
+        unseen = [blocked[p] for p in sorted(set(blocked) - self._told - self._told_idle)]
+        self._told_idle |= {b.partition for b in unseen}
+        self._tell(unseen, {}, met=False)  # no message of it in hand: no board to name yet
+        to_pause = (set(blocked) & self._told) - self._paused
+        if to_pause:
+            self._consumer.pause([TopicPartition(guard.topic, p) for p in sorted(to_pause)])
+        freed = self._paused - set(blocked)
+        if freed:
+            self._consumer.resume([TopicPartition(guard.topic, p) for p in sorted(freed)])
+            _log.warning("partitions unblocked: Redis agrees", extra={"partitions": sorted(freed)})
+        self._paused = (self._paused | to_pause) - freed
+        self._told &= set(blocked)
+        self._told_idle &= set(blocked)
+        self.metrics.set_blocked(blocked.values())
 
-    def _block(self, prepared: Prepared, blocked: Sequence[Blocked], board: str | None = None) -> None:
-        """Pause the partitions and say so: which, why, the board (`board`, else the first of the
-        batch from that partition) and the fix."""
-        boards: dict[int, str] = {}
-        for event, _ in prepared.pairs:
-            origin = prepared.origins[id(event)]
-            boards.setdefault(origin.msg.partition() or 0, board or event.board)
-        assert self._guard is not None
-        self._consumer.pause([TopicPartition(self._guard.topic, b.partition) for b in blocked])
+    def _tell(self, blocked: Sequence[Blocked], boards: dict[int, str], met: bool) -> None:
+        """One ERROR line per blocked partition: which, why, the board it was met on, the fix.
+        `met`: a batch of it was in hand (it is paused next, and not told again)."""
         for b in blocked:
+            if met:
+                self._told.add(b.partition)
             _log.error(
                 "partition blocked: Redis does not hold what Kafka's commits say was applied",
                 extra={"partition": b.partition, "board": boards.get(b.partition, ""), "reason": b.reason,
                        "detail": b.detail, "fix": "rankstream recover | rankstream accept-redis"},
             )  # fmt: skip
-        assert self._guard is not None
-        self.metrics.set_blocked(self._guard.blocked.values(), boards)
+        self.metrics.set_blocked(blocked, boards)
 
-    def _recheck(self) -> None:
-        """Every few seconds, also while idle: every partition held is checked against Redis (a
-        Redis lost while no message arrives is noticed), and a blocked one resumes once Redis agrees."""
-        guard = self._guard
-        if guard is None or time.monotonic() - self._rechecked < RECHECK_S:
-            return
-        self._rechecked = time.monotonic()
-        was = dict(guard.blocked)
-        try:
-            newly = [b for b in guard.check(self._consumer, guard.held()) if b.partition not in was]
-        except Exception as exc:  # noqa: BLE001 - as it was; try again later
-            _log.warning("could not check Redis against the commits", extra={"error": str(exc)})
-            return
-        if newly:  # said now; paused (naming the board) when the partition's next batch arrives
-            for b in newly:
-                _log.error(
-                    "partition blocked: Redis does not hold what Kafka's commits say was applied",
-                    extra={"partition": b.partition, "board": "", "reason": b.reason, "detail": b.detail,
-                           "fix": "rankstream recover | rankstream accept-redis"},
-                )  # fmt: skip
-        freed = [p for p in was if p not in guard.blocked]
-        if freed:
-            self._consumer.resume([TopicPartition(guard.topic, p) for p in freed])
-            _log.warning(
-                "partitions unblocked: Redis agrees with the commits again", extra={"partitions": freed}
-            )
-        self.metrics.set_blocked(guard.blocked.values())
+    def _blocked_batch(
+        self, prepared: Prepared, blocked: Sequence[Blocked], board: str | None = None
+    ) -> None:
+        """The batch goes back; its blocked partitions are named with the first board met on
+        each (`board` when the script named it); _reconcile pauses them."""
+        self._to_rewind.extend(prepared.messages)
+        boards: dict[int, str] = {}
+        for event, _ in prepared.pairs:
+            boards.setdefault(prepared.origins[id(event)].msg.partition() or 0, board or event.board)
+        self._tell([b for b in blocked if b.partition not in self._told], boards, met=True)
 
     def _settle(self) -> None:
         """Wait (within the deadline) for the batch in flight; on failure queue it for rewinding."""
@@ -279,12 +273,14 @@ class WorkerLoop:
             return
         except ProducerFenced:
             raise
+        except PartitionsBlocked as exc:
+            self._blocked_batch(prepared, exc.blocked)
+            return
         except EpochMismatch as exc:  # a board from another data set: its partitions stop
-            self._to_rewind.extend(prepared.messages)
             assert self._guard is not None
             origins = [prepared.origins[id(e)] for e, _ in prepared.pairs if e.board == exc.board]
             partitions = {o.msg.partition() or 0 for o in origins}
-            self._block(prepared, self._guard.block_board(partitions, str(exc)), exc.board)
+            self._blocked_batch(prepared, self._guard.block_board(partitions, str(exc)), exc.board)
             return
         except Exception as exc:  # noqa: BLE001 - every other failure rewinds and backs off
             self.metrics.retries.inc()
@@ -328,13 +324,17 @@ class WorkerLoop:
         self.metrics.consumed.inc(len(messages))
         self.metrics.batch_size.observe(len(messages))
         now = int(time.time() * 1000)
-        max_ts = ts_ceiling(self._skew_s, now)
         pairs: list[tuple[UpdateEvent, int]] = []
         positions: list[Position | None] = []
         origins: dict[int, _Origin] = {}
         rejections: list[Rejection] = []
         for msg in messages:
             try:
+                # the latest accepted ts: the message's own (plausible) time plus the skew, so a
+                # redelivery is judged as its first delivery was (the fence would otherwise skip
+                # an event refused then and valid now); now for a message without a sane one
+                stamp = kafka_ts(msg, now)
+                max_ts = ts_ceiling(self._skew_s, stamp if MIN_TS_MS <= stamp <= now else now)
                 result = parse_message(msg.value(), self._boards, max_ts)
                 mine: list[Rejection] = [(msg, bad, None) for bad in result.rejections]
                 valid: list[tuple[UpdateEvent, int, int | None]] = []
@@ -360,12 +360,23 @@ class WorkerLoop:
                 origins[id(event)] = _Origin(msg, index)
         return Prepared(messages, pairs, positions, origins, rejections)
 
-    def execute(self, prepared: Prepared, group_metadata: object | None = None) -> None:
-        """Apply, then in one transaction dead-letter, publish and commit the offsets (the apply
-        thread: every producer call happens here)."""
+    def execute(
+        self, prepared: Prepared, group_metadata: object | None = None, full_check: bool = False
+    ) -> None:
+        """Check Redis against the commits, apply, then in one transaction dead-letter, publish
+        and commit the offsets (the apply thread: every Redis and producer call happens here, so
+        the shutdown deadline can abandon any of them)."""
+        guard = self._guard
+        if guard is not None:
+            wanted = {m.partition() or 0 for m in prepared.messages}
+            verdicts = guard.check(guard.held() if full_check else wanted)
+            blocked = [v for v in verdicts if v.partition in wanted]
+            if blocked:
+                raise PartitionsBlocked(blocked)
+        if not prepared.messages:
+            return
         tally = _Tally()
         outcomes, rejections = self._apply(prepared, tally)
-        guard = self._guard
         offsets = _next_offsets(prepared.messages, None if guard is None else guard.epoch)
         last = {tp.partition: tp.offset - 1 for tp in offsets}
         if guard is not None:

@@ -141,7 +141,7 @@ def build_loop(settings: Settings, metrics: WorkerMetrics) -> tuple[WorkerLoop, 
     applier = Applier(client, boards, settings.key_prefix, settings.id_window_s)
     guard = SourceGuard(
         client,
-        AdminClient(settings.librdkafka()),
+        lambda: AdminClient(settings.librdkafka()),
         applier,
         key_prefix=settings.key_prefix,
         group=settings.worker_group,
@@ -188,7 +188,8 @@ def run_worker(settings: Settings) -> int:
             redis_ok = bool(client.ping())
         except redis.RedisError:
             redis_ok = False
-        blocked = {str(b.partition): b.reason for b in guard.blocked.values()} if guard is not None else {}
+        now_blocked = dict(guard.blocked) if guard is not None else {}  # a copy: the apply thread writes it
+        blocked = {str(p): b.reason for p, b in now_blocked.items()}
         return redis_ok and not blocked, {"redis": redis_ok, "partitions": loop.assigned, "blocked": blocked}
 
     server = serve_probes("0.0.0.0", settings.worker_http_port, live, ready, metrics.registry)  # noqa: S104

@@ -3,15 +3,18 @@ committed offsets say was applied, before every batch.
 
 Redis keeps, per consumer group and topic, one hash (`common/keys.py` partition_sources): the
 *epoch* of its data set (a random name given when a deployment starts on an empty Redis) and, per
-partition, the topic id and the last offset whose batch was applied (written after the batch's
-scripts, before its offsets are committed). Every offset commit carries the epoch as its Kafka
-metadata. So before a batch of partition P (committed offset C, metadata M):
+partition, the topic id and the last offset whose batch was applied (raised after the batch's
+scripts, before its offsets are committed, never lowered: common/lua/advance.lua). Every offset
+commit carries the epoch as its Kafka metadata. So before a batch of partition P (committed
+offset C, metadata M), on the apply thread (every call here may block; that thread is the one
+the shutdown deadline may abandon):
 
   Redis has no epoch   M set on any partition: Redis lost its data (flush, failover to an empty
                        replica) -> P is blocked. No commits anywhere: a fresh deployment -> a new
                        epoch. Commits without metadata: the previous release's -> adopted (a new
                        epoch, and its per-event id records honoured for a while, see apply.lua).
-  M is another epoch   Redis holds another data set than the group applied into -> blocked.
+  M is another epoch   Redis holds another data set than the group applied into -> blocked
+                       (unless `rankstream accept-redis` accepted that epoch).
   P's last offset < C-1 (or no record while M says this epoch applied P): Redis is behind the
                        commits (restored from a backup, or writes lost) -> blocked.
 
@@ -25,28 +28,40 @@ from __future__ import annotations
 import logging
 import secrets
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import redis
-from confluent_kafka import Consumer, KafkaException, TopicCollection, TopicPartition
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicCollection, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from common.errors import InfrastructureError
 from common.keys import partition_sources
+from common.scripts import load_script
 from worker.apply import Applier, Source
 
 _log = logging.getLogger(__name__)
 NO_OFFSET = -1001  # librdkafka's OFFSET_INVALID: nothing committed
 KAFKA_TIMEOUT_S = 10.0
 EPOCH = "epoch"
+ACCEPTED = "accepted"  # epochs `rankstream accept-redis` accepted the group's commits from
 LEGACY_UNTIL = "legacy_until"
 BOARD_EPOCH = "board_epoch_mismatch"
 
 
 def replay_field(partition: int) -> str:
-    """Where `rankstream recover` notes the offset a partition was committed at before the rewind."""
+    """Where `rankstream recover` notes "<topic id>|<offset>": the partition's commit before the
+    rewind (what lies below it was dead-lettered already)."""
     return f"{partition}!replay"
+
+
+def raise_applied(client: redis.Redis, key: str, topic_id: str, last: dict[int, int]) -> None:
+    """common/lua/advance.lua: the partitions' records become at least `last` (never lowered)."""
+    if last:
+        args: list[str | int] = [topic_id]
+        for partition, offset in sorted(last.items()):
+            args += [partition, offset]
+        load_script("advance").run(client, [key], args)
 
 
 def new_epoch() -> str:
@@ -60,11 +75,19 @@ class Blocked:
     detail: str
 
 
+class PartitionsBlocked(InfrastructureError):
+    """The batch holds partitions Redis does not agree with: it goes back, they are paused."""
+
+    def __init__(self, blocked: list[Blocked]) -> None:
+        super().__init__("; ".join(f"partition {b.partition}: {b.reason}" for b in blocked))
+        self.blocked = blocked
+
+
 @dataclass(slots=True)
 class _Partition:
     source: Source  # low_water = the last committed offset (-1: none)
     metadata: str | None  # the epoch the group's last commit carried (None: no commit, or a previous release)
-    known: bool = True  # False: the committed offset could not be read yet (asked again before a batch)
+    known: bool = True  # False: the commit is read before the partition's next batch
     replay_until: int = -1  # `rankstream recover` rewound it: offsets below were dead-lettered before
 
 
@@ -77,14 +100,16 @@ def stored_position(raw: bytes | str | None, topic_id: str) -> int | None:
     return int(offset) if tid == topic_id else None
 
 
-def judge(partition: int, part: _Partition, epoch: str, stored: int | None) -> Blocked | None:
+def judge(
+    partition: int, part: _Partition, epoch: str, stored: int | None, accepted: frozenset[str] = frozenset()
+) -> Blocked | None:
     """Whether partition `part` may be applied onto Redis' data set `epoch` holding `stored`."""
     committed = part.source.low_water
-    if part.metadata is not None and part.metadata != epoch:
+    if part.metadata is not None and part.metadata != epoch and part.metadata not in accepted:
         detail = f"the group committed into Redis epoch {part.metadata}, Redis holds epoch {epoch}"
         return Blocked(partition, "epoch_mismatch", detail)
-    if committed < 0 or (stored is None and part.metadata is None):
-        return None  # nothing committed yet, or the previous release's commits: adopted
+    if committed < 0 or part.metadata is None:
+        return None  # nothing committed yet, or the previous release's commit (rolling upgrade): adopted
     if stored is None or stored < committed:
         held = "nothing" if stored is None else f"offset {stored}"
         detail = f"Redis holds {held} of partition {partition}, the group committed up to offset {committed}"
@@ -96,7 +121,7 @@ class SourceGuard:
     def __init__(
         self,
         client: redis.Redis,
-        admin: AdminClient,
+        make_admin: Callable[[], AdminClient],
         applier: Applier,
         *,
         key_prefix: str,
@@ -106,9 +131,11 @@ class SourceGuard:
         adopt_window_ms: int,
     ) -> None:
         self._client = client
-        self._admin = admin
+        self._make_admin = make_admin
+        self._admin = make_admin()
         self._applier = applier
         self._key = partition_sources(key_prefix, group, topic)
+        self._group = group
         self._topic = topic
         self._legacy_ttl_ms = legacy_ttl_ms
         self._adopt_window_ms = adopt_window_ms
@@ -124,46 +151,23 @@ class SourceGuard:
     def start(self) -> None:
         """At start-up: the topic's id, which every fence records (a worker that can't learn it
         must not apply anything: it exits, and is restarted)."""
-        self._topic_id = self._describe_topic_id()
+        self._topic_id = self._describe_topic()[0]
 
-    # --- consumer thread: rebalance callbacks and the loop ---------------------------------------
-    def on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        mine = [tp.partition for tp in partitions if tp.topic == self._topic]
-        if not mine:
-            return
-        try:  # a recreated topic has a new id; keep the one known if Kafka can't say now
-            self._topic_id = self._describe_topic_id()
-        except KafkaException as exc:
-            _log.warning("could not read the topic id, keeping the last one", extra={"error": str(exc)})
-        for p in mine:
-            self._parts[p] = _Partition(Source(self._topic, p, self._topic_id, -1), None, known=False)
-        self._read_commits(consumer, mine)
-
-    def _read_commits(self, consumer: Consumer, partitions: list[int]) -> None:
-        """The group's committed offset and epoch of each partition; left unknown on failure."""
-        wanted = [TopicPartition(self._topic, p) for p in partitions]
-        try:
-            committed = consumer.committed(wanted, KAFKA_TIMEOUT_S)
-        except KafkaException as exc:
-            _log.warning("could not read committed offsets yet", extra={"error": str(exc)})
-            return
-        for tp in committed:
-            part = self._parts.get(tp.partition)
-            if part is not None:
-                offset = tp.offset - 1 if tp.offset >= 0 else -1
-                part.source = Source(self._topic, tp.partition, self._topic_id, offset)
-                part.metadata, part.known = tp.metadata or None, True
+    # --- consumer thread: rebalance callbacks (no blocking call: the commits are read later) -----
+    def on_assign(self, partitions: list[TopicPartition]) -> None:
+        for tp in partitions:
+            if tp.topic == self._topic:
+                self._parts[tp.partition] = _Partition(
+                    Source(self._topic, tp.partition, self._topic_id, -1), None, known=False
+                )
 
     def on_revoke(self, partitions: list[TopicPartition]) -> None:
         for tp in partitions:
             self._parts.pop(tp.partition, None)
             self.blocked.pop(tp.partition, None)
 
-    def replayed(self, partition: int, offset: int) -> bool:
-        """Was this message's batch committed before `rankstream recover` rewound the group? Then
-        its dead letters went out already and are not sent again."""
-        part = self._parts.get(partition)
-        return part is not None and offset < part.replay_until
+    def held(self) -> list[int]:
+        return sorted(self._parts)
 
     def source(self, topic: str, partition: int) -> Source:
         part = self._parts.get(partition)
@@ -171,45 +175,82 @@ class SourceGuard:
             return Source(topic, partition, self._topic_id, -1)
         return part.source
 
-    def check(self, consumer: Consumer, partitions: Iterable[int]) -> list[Blocked]:
+    # --- apply thread ---------------------------------------------------------------------------
+    def replayed(self, partition: int, offset: int) -> bool:
+        """Was this message's batch committed before `rankstream recover` rewound the group? Then
+        its dead letters went out already and are not sent again."""
+        part = self._parts.get(partition)
+        return part is not None and offset < part.replay_until
+
+    def check(self, partitions: Iterable[int]) -> list[Blocked]:
         """Before a batch: may these partitions be applied? Sets the applier's epoch and legacy
         mode; returns the partitions that may not (and remembers them as blocked)."""
-        numbers = sorted(set(partitions))
-        unknown = [p for p in numbers if p in self._parts and not self._parts[p].known]
-        if unknown:
-            self._read_commits(consumer, unknown)
-            if any(not self._parts[p].known for p in unknown):
-                raise InfrastructureError("the group's committed offsets can't be read")
-        fields = [EPOCH, LEGACY_UNTIL, *(str(p) for p in numbers)]
-        fields += [replay_field(p) for p in numbers]
-        values = self._client.hmget(self._key, fields)
-        for p, raw in zip(numbers, values[2 + len(numbers) :], strict=True):
-            if p in self._parts:
-                self._parts[p].replay_until = int(raw) if raw is not None else -1
-        values = values[: 2 + len(numbers)]
-        epoch, legacy_until = (text(v) for v in values[:2])
+        numbers = sorted(p for p in set(partitions) if p in self._parts)
+        self._read_commits([p for p in numbers if not self._parts[p].known])
+        fields = [EPOCH, LEGACY_UNTIL, ACCEPTED, *(str(p) for p in numbers)]
+        values = self._client.hmget(self._key, [*fields, *(replay_field(p) for p in numbers)])
+        epoch, legacy_until, accepted = (text(v) for v in values[:3])
+        for p, raw in zip(numbers, values[len(fields) :], strict=True):
+            self._parts[p].replay_until = self._replay_until(p, raw)
         if epoch is None:
-            epoch = self._start_epoch(consumer)
+            epoch = self._start_epoch()
             if epoch is None:
-                verdicts = [
-                    Blocked(p, "redis_lost", "Redis holds no rankstream data, the group's commits say it did")
-                    for p in numbers
-                ]
-                return self._remember(numbers, verdicts)
+                lost = "Redis holds no rankstream data, the group's commits say it did"
+                return self._remember(numbers, [Blocked(p, "redis_lost", lost) for p in numbers])
             legacy_until = text(self._client.hget(self._key, LEGACY_UNTIL))
         self.epoch = epoch
         self._applier.epoch = epoch
         adopting = legacy_until is not None and int(legacy_until) > time.time() * 1000
         self._applier.legacy_ttl_ms = self._legacy_ttl_ms if adopting else 0
+        ok_epochs = frozenset((accepted or "").split(",")) - {""}
         verdicts = []
-        for p, raw in zip(numbers, values[2:], strict=True):
-            part = self._parts.get(p)
-            if part is None:
-                continue
-            verdict = judge(p, part, epoch, stored_position(raw, self._topic_id))
+        for p, raw in zip(numbers, values[3 : len(fields)], strict=True):
+            stored = stored_position(raw, self._topic_id)
+            verdict = judge(p, self._parts[p], epoch, stored, ok_epochs)
             if verdict is not None:
                 verdicts.append(verdict)
         return self._remember(numbers, verdicts)
+
+    def _replay_until(self, partition: int, raw: bytes | str | None) -> int:
+        """`rankstream recover`'s note, while the partition's commits are still below it."""
+        until = stored_position(raw, self._topic_id)
+        if until is None or until <= self._parts[partition].source.low_water + 1:
+            if raw is not None:
+                self._client.hdel(self._key, replay_field(partition))  # passed, or another topic's
+            return -1
+        return until
+
+    def _read_commits(self, partitions: list[int]) -> None:
+        """The group's committed offset and epoch of each partition (Kafka's stable commits: a
+        dead owner's open transaction does not hold this up), and the topic id again (a
+        recreated topic has a new one)."""
+        if not partitions:
+            return
+        try:
+            self._topic_id = self._describe_topic()[0]
+        except KafkaException as exc:
+            _log.warning("could not read the topic id, keeping the last one", extra={"error": str(exc)})
+        commits = self._commits([TopicPartition(self._topic, p) for p in partitions])
+        for p in partitions:
+            offset, metadata = commits.get(p, (-1, None))
+            part = self._parts[p]
+            part.source = Source(self._topic, p, self._topic_id, offset - 1 if offset >= 0 else -1)
+            part.metadata, part.known = metadata, True
+
+    def _commits(self, partitions: list[TopicPartition] | None = None) -> dict[int, tuple[int, str | None]]:
+        request = [ConsumerGroupTopicPartitions(self._group, partitions)]
+        try:
+            futures = self._admin.list_consumer_group_offsets(request, request_timeout=KAFKA_TIMEOUT_S)
+            listed = futures[self._group].result()
+        except KafkaException as exc:
+            # a new client next time: one that lived through a broker restart kept timing out
+            self._admin = self._make_admin()
+            raise InfrastructureError(f"the group's committed offsets can't be read: {exc}") from exc
+        return {
+            tp.partition: (tp.offset, tp.metadata or None)
+            for tp in listed.topic_partitions
+            if tp.topic == self._topic and tp.offset >= 0
+        }
 
     def _remember(self, numbers: list[int], verdicts: list[Blocked]) -> list[Blocked]:
         """The verdicts of this check replace the last ones, except a board's own epoch mismatch,
@@ -219,7 +260,7 @@ class SourceGuard:
                 del self.blocked[p]
         for verdict in verdicts:
             self.blocked.setdefault(verdict.partition, verdict)
-        return [v for v in verdicts if self.blocked[v.partition] is v]
+        return [self.blocked[p] for p in numbers if p in self.blocked]
 
     def block_board(self, partitions: Iterable[int], detail: str) -> list[Blocked]:
         """apply.lua found a board written in another epoch: its partitions stop for good."""
@@ -228,16 +269,16 @@ class SourceGuard:
             self.blocked[verdict.partition] = verdict
         return verdicts
 
-    def held(self) -> list[int]:
-        return sorted(self._parts)
-
-    def _start_epoch(self, consumer: Consumer) -> str | None:
+    def _start_epoch(self) -> str | None:
         """Redis has no epoch: start one (fresh deployment, or adopting the previous release's
         data), or None when the group's commits say Redis lost what it held."""
-        metadata = consumer.list_topics(self._topic, timeout=KAFKA_TIMEOUT_S).topics[self._topic]
-        everything = [TopicPartition(self._topic, p) for p in sorted(metadata.partitions)]
-        committed = [tp for tp in consumer.committed(everything, KAFKA_TIMEOUT_S) if tp.offset >= 0]
-        if any(tp.metadata for tp in committed):
+        _, partitions = self._describe_topic()
+        committed = self._commits([TopicPartition(self._topic, p) for p in partitions])
+        # another worker may have started one meanwhile (and committed into it): take that
+        started = text(self._client.hget(self._key, EPOCH))
+        if started is not None:
+            return started
+        if any(metadata for _, metadata in committed.values()):
             return None
         mapping = {EPOCH: new_epoch()}
         if committed:  # commits without an epoch: the previous release's
@@ -254,14 +295,9 @@ class SourceGuard:
         )
         return epoch
 
-    # --- apply thread: after a batch is applied, before and after its commit --------------------
     def advance(self, last: dict[int, int]) -> None:
         """Record in Redis that the batch's partitions are applied up to `last` (before the commit)."""
-        if last:
-            mapping: dict[str | bytes, str | bytes] = {
-                str(p): f"{self._topic_id}|{offset}" for p, offset in last.items()
-            }
-            self._client.hset(self._key, mapping=mapping)  # type: ignore[arg-type]  # Mapping is invariant
+        raise_applied(self._client, self._key, self._topic_id, last)
 
     def committed(self, last: dict[int, int]) -> None:
         for p, offset in last.items():
@@ -270,9 +306,11 @@ class SourceGuard:
                 part.source = Source(self._topic, p, self._topic_id, offset)
                 part.metadata = self.epoch
 
-    def _describe_topic_id(self) -> str:
+    def _describe_topic(self) -> tuple[str, list[int]]:
+        """The topic's id and partitions."""
         futures = self._admin.describe_topics(TopicCollection([self._topic]), request_timeout=KAFKA_TIMEOUT_S)
-        return str(futures[self._topic].result().topic_id)
+        description = futures[self._topic].result()
+        return str(description.topic_id), [p.id for p in description.partitions]
 
 
 def text(raw: bytes | str | None) -> str | None:

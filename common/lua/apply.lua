@@ -153,12 +153,12 @@ local fence_dirty = not stored[1]
 for k, src in ipairs(sources) do
   local value, rej = stored[2 * k], stored[2 * k + 1]
   src.offset, src.where = -1, -1
+  src.had_rejections = rej ~= false  -- rewritten (or dropped) when the fence moves
   if value then
     local topic, o, wh = string.match(value, '^(.-)|(%d+)|(%d+)$')
     if topic == src.topic then  -- another topic id: the topic was recreated, start over
       src.offset, src.where = tonumber(o), tonumber(wh)
       if rej then
-        src.had_rejections = true
         for ro, rw, why in string.gmatch(rej, '(%d+):(%d+):?([%w_]*)') do
           if tonumber(ro) > src.low then src.rejected[ro .. ':' .. rw] = why end
         end
