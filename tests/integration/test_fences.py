@@ -15,6 +15,7 @@ from common.events import Op, UpdateEvent
 from common.idwindow import fingerprint
 from common.keys import BoardKeys
 from worker.apply import Applier, EpochMismatch, Position, Source, Status
+from worker.sources import raise_applied
 
 pytestmark = pytest.mark.integration
 
@@ -166,3 +167,15 @@ def test_the_id_window_is_exact_through_bucket_splits(rclient, settings, rounds,
     assert all(rclient.zcard(b) <= cap for b in buckets)
     assert len(buckets) >= len(seen) / cap  # it did split
     assert all(0 < rclient.pttl(k) <= 3_601_000 for k in [*buckets, *([window] if len(buckets) > 1 else [])])
+
+
+def test_partition_records_are_only_raised(rclient, settings):
+    """worker/sources.py's per-partition records (common/lua/advance.lua): a late writer (a worker
+    that lost the partition, accept-redis racing a worker) can't move one back; a recreated
+    topic's record replaces the old one."""
+    key = f"{settings.key_prefix}{{sources:g}}:t"
+    raise_applied(rclient, key, "tid", {0: 10, 1: 5})
+    raise_applied(rclient, key, "tid", {0: 7, 1: 6})
+    raise_applied(rclient, key, "new-tid", {2: 3})
+    raise_applied(rclient, key, "new-tid", {0: 1})
+    assert rclient.hgetall(key) == {b"0": b"new-tid|1", b"1": b"tid|6", b"2": b"new-tid|3"}
