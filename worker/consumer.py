@@ -174,7 +174,6 @@ class WorkerLoop:
             self._paused -= gone
             self._told -= gone
             self._told_idle -= gone
-            self.metrics.set_blocked(dict(self._guard.blocked).values())
 
     # --- the loop -----------------------------------------------------------------------------
     def run(self) -> None:
@@ -233,7 +232,6 @@ class WorkerLoop:
         self._paused = (self._paused | to_pause) - freed
         self._told &= set(blocked)
         self._told_idle &= set(blocked)
-        self.metrics.set_blocked(blocked.values())
 
     def _tell(self, blocked: Sequence[Blocked], boards: dict[int, str], met: bool) -> None:
         """One ERROR line per blocked partition: which, why, the board it was met on, the fix.
@@ -246,7 +244,7 @@ class WorkerLoop:
                 extra={"partition": b.partition, "board": boards.get(b.partition, ""), "reason": b.reason,
                        "detail": b.detail, "fix": "rankstream recover | rankstream accept-redis"},
             )  # fmt: skip
-        self.metrics.set_blocked(blocked, boards)
+        self.metrics.name_boards(boards)
 
     def _blocked_batch(
         self, prepared: Prepared, blocked: Sequence[Blocked], board: str | None = None

@@ -152,6 +152,7 @@ def build_loop(settings: Settings, metrics: WorkerMetrics) -> tuple[WorkerLoop, 
     guard.start()
     fence = PredecessorFence(settings, client, transactional_id)
     metrics.watch(lambda: outputs.replaced, lambda: len(fence.fenced))
+    metrics.watch_blocked(lambda: dict(guard.blocked))  # a copy: the apply thread writes it
     loop = WorkerLoop(
         consumer=consumer,
         boards=boards,

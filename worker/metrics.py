@@ -6,6 +6,8 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
     from worker.sources import Blocked
@@ -59,23 +61,39 @@ class WorkerMetrics:
             registry=r,
         )
 
-        self.blocked = Gauge(
-            "rankstream_worker_partition_blocked",
-            "1 while a partition is not applied because Redis does not hold what its commits say"
-            " (see the log line for what to do)",
-            ["partition", "reason", "board"],
-            registry=r,
-        )
+        self._blocked_now: Callable[[], Mapping[int, Blocked]] = dict
         self._blocked_boards: dict[int, str] = {}
+        r.register(_BlockedCollector(self))
 
-    def set_blocked(self, blocked: Iterable[Blocked], boards: Mapping[int, str] | None = None) -> None:
-        """The partitions blocked now, each with why and the first board it was met on."""
-        self._blocked_boards.update(boards or {})
-        self.blocked.clear()
-        for b in blocked:
-            self.blocked.labels(str(b.partition), b.reason, self._blocked_boards.get(b.partition, "")).set(1)
+    def watch_blocked(self, blocked: Callable[[], Mapping[int, Blocked]]) -> None:
+        """The partitions blocked now (worker/sources.py), read when /metrics is scraped: the same
+        state /readyz answers from."""
+        self._blocked_now = blocked
+
+    def name_boards(self, boards: Mapping[int, str]) -> None:
+        """The board each blocked partition was met on, for the gauge's `board` label."""
+        self._blocked_boards.update(boards)
 
     def watch(self, producers_replaced: Callable[[], int], predecessors_fenced: Callable[[], int]) -> None:
         """Counts kept by the outputs and the fence, read when /metrics is scraped."""
         self.producers_replaced.set_function(producers_replaced)
         self.predecessors_fenced.set_function(predecessors_fenced)
+
+
+class _BlockedCollector(Collector):
+    """rankstream_worker_partition_blocked{partition,reason,board} = 1 per blocked partition."""
+
+    def __init__(self, metrics: WorkerMetrics) -> None:
+        self._metrics = metrics
+
+    def collect(self) -> Iterable[Metric]:
+        family = GaugeMetricFamily(
+            "rankstream_worker_partition_blocked",
+            "1 while a partition is not applied because Redis does not hold what its commits say"
+            " (see the log line for what to do)",
+            labels=["partition", "reason", "board"],
+        )
+        boards = self._metrics._blocked_boards
+        for p, b in sorted(self._metrics._blocked_now().items()):
+            family.add_metric([str(p), b.reason, boards.get(p, "")], 1)
+        yield family
