@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
+import subprocess
 import threading
 import time
 import urllib.error
@@ -168,3 +170,11 @@ def worker_env(settings: Settings, http_port: int = 0, worker_id: str = "") -> d
     if worker_id:  # like a pod's name: the same id after a restart fences the dead one's transaction
         env["RANKSTREAM_WORKER_ID"] = worker_id
     return env
+
+
+def stop_workers(*procs: subprocess.Popen[bytes] | None) -> None:
+    """SIGTERM the worker subprocesses still running and wait for them (the tests' finally)."""
+    for proc in procs:
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(30)

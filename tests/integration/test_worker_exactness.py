@@ -23,7 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from common.settings import Settings
 from rankstream.stack import free_port
 from rankstream.topics import UPDATE_PARTITIONS, ensure_topics
-from tests.helpers import applied_so_far, check_dlq, produce, running_worker, wait_for
+from tests.helpers import applied_so_far, check_dlq, produce, running_worker, stop_workers, wait_for
 from tests.integration.test_worker_oracle import total_applied, worker_process
 from tests.integration.test_worker_outages import committed_total
 from tests.oracle import BOARDS, ORACLE_BOARDS, Message, Model, compare_redis, generate, now_ms, run_model
@@ -207,10 +207,7 @@ def test_redelivery_across_rebalances_is_fenced_with_a_1s_id_window(exact_topics
         wait_for(lambda: committed_total(settings) == len(messages), 30, "everything committed")
         assert events_counted(port_b, "duplicate") == 0
     finally:
-        for proc in (a, b):
-            if proc is not None and proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-                proc.wait(30)
+        stop_workers(a, b)
     compare_redis(rclient, settings.key_prefix, model)
     check_dlq(consumer_factory, settings, model, exact=True)
 

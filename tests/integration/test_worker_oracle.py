@@ -13,7 +13,15 @@ from pathlib import Path
 import pytest
 
 from common.settings import Settings
-from tests.helpers import applied_so_far, check_dlq, produce, running_worker, wait_for, worker_env
+from tests.helpers import (
+    applied_so_far,
+    check_dlq,
+    produce,
+    running_worker,
+    stop_workers,
+    wait_for,
+    worker_env,
+)
 from tests.oracle import ORACLE_BOARDS, Message, Model, compare_redis, generate, now_ms, run_model
 
 pytestmark = pytest.mark.integration
@@ -116,10 +124,7 @@ def test_oracle_exact_with_two_workers_and_rebalances(oracle_topics, rclient, co
         assert time.monotonic() - started < 25  # within the shutdown deadline
         wait_for(lambda: applied_so_far(rclient, settings) >= target, 180, "every event applied")
     finally:
-        for proc in (a, b):
-            if proc is not None and proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-                proc.wait(30)
+        stop_workers(a, b)
     compare_redis(rclient, settings.key_prefix, model)
     check_dlq(consumer_factory, settings, model, exact=True)
 
