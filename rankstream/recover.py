@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicCollection, TopicPartition
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from common.clients import redis_client
@@ -27,6 +27,8 @@ from worker.sources import (
     ACCEPTED,
     EPOCH,
     KAFKA_TIMEOUT_S,
+    describe_topic,
+    group_commits,
     new_epoch,
     raise_applied,
     replay_field,
@@ -45,20 +47,10 @@ class _Group:
 def _group(settings: Settings, admin: AdminClient) -> _Group:
     topic = settings.topic_updates
     try:
-        described = admin.describe_topics(TopicCollection([topic]), request_timeout=KAFKA_TIMEOUT_S)
-        description = described[topic].result()
+        topic_id, partitions = describe_topic(admin, topic)
     except Exception as exc:  # noqa: BLE001 - one line for the operator
         raise ConfigError(f"topic {topic}: {exc}") from None
-    listed = admin.list_consumer_group_offsets(
-        [ConsumerGroupTopicPartitions(settings.worker_group)], request_timeout=KAFKA_TIMEOUT_S
-    )[settings.worker_group].result()
-    committed = {
-        tp.partition: (tp.offset, tp.metadata or None)
-        for tp in listed.topic_partitions
-        if tp.topic == topic and tp.offset >= 0
-    }
-    partitions = [p.id for p in description.partitions]
-    return _Group(str(description.topic_id), partitions, committed)
+    return _Group(topic_id, partitions, group_commits(admin, settings.worker_group, topic))
 
 
 def recover(settings: Settings) -> list[str]:

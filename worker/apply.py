@@ -275,7 +275,7 @@ class Applier:
             args += [event.op.value, event.member, format_score(event.score), entry.ts, meta, entry.mask]
             args += [0 if position is None else position.offset, chunk.where(position), fingerprint(event.id)]
             if legacy:
-                args.append(event.id)
+                args.append(keys.legacy_id(event.id))
         return Call(key_list, args, [entry.event.id for entry in chunk.events])
 
     def apply(

@@ -115,7 +115,6 @@ class WorkerLoop:
         self._dlq = dead_letters
         self._publisher = publisher
         self._fence = fence
-        self._guard = guard
         self.guard = guard
         self._checked = 0.0  # when every partition held was last checked against Redis
         self._paused: set[int] = set()  # partitions paused because they are blocked
@@ -147,8 +146,8 @@ class WorkerLoop:
         self.assigned += len(partitions)
         if self._fence is not None:  # first: reading the commits waits on a dead owner's transaction
             self._fence.on_assign(partitions)
-        if self._guard is not None:
-            self._guard.on_assign(partitions)
+        if self.guard is not None:
+            self.guard.on_assign(partitions)
         _log.info("partitions assigned", extra={"partitions": [p.partition for p in partitions]})
 
     def on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
@@ -168,8 +167,8 @@ class WorkerLoop:
         _log.warning("partitions lost", extra={"partitions": [p.partition for p in partitions]})
 
     def _forget(self, partitions: list[TopicPartition]) -> None:
-        if self._guard is not None:
-            self._guard.on_revoke(partitions)
+        if self.guard is not None:
+            self.guard.on_revoke(partitions)
             gone = {tp.partition for tp in partitions}
             self._paused -= gone
             self._told -= gone
@@ -186,7 +185,7 @@ class WorkerLoop:
             self._settle()
             self._reconcile()
             if not self._to_rewind:
-                full_check = self._guard is not None and time.monotonic() - self._checked >= RECHECK_S
+                full_check = self.guard is not None and time.monotonic() - self._checked >= RECHECK_S
                 if prepared is None and full_check:
                     prepared = Prepared([], [], [], {}, [])  # while idle: only the check
                 if prepared is not None:
@@ -215,7 +214,7 @@ class WorkerLoop:
         """On the consumer's thread, with nothing in flight: say what the checks blocked
         (worker/sources.py), pause what a batch met (so the line names its board), resume what
         they freed."""
-        guard = self._guard
+        guard = self.guard
         if guard is None:
             return
         blocked = dict(guard.blocked)
@@ -275,10 +274,10 @@ class WorkerLoop:
             self._blocked_batch(prepared, exc.blocked)
             return
         except EpochMismatch as exc:  # a board from another data set: its partitions stop
-            assert self._guard is not None
+            assert self.guard is not None
             origins = [prepared.origins[id(e)] for e, _ in prepared.pairs if e.board == exc.board]
             partitions = {o.msg.partition() or 0 for o in origins}
-            self._blocked_batch(prepared, self._guard.block_board(partitions, str(exc)), exc.board)
+            self._blocked_batch(prepared, self.guard.block_board(partitions, str(exc)), exc.board)
             return
         except Exception as exc:  # noqa: BLE001 - every other failure rewinds and backs off
             self.metrics.retries.inc()
@@ -350,7 +349,7 @@ class WorkerLoop:
                 continue
             rejections += mine
             source = (
-                None if self._guard is None else self._guard.source(msg.topic() or "", msg.partition() or 0)
+                None if self.guard is None else self.guard.source(msg.topic() or "", msg.partition() or 0)
             )
             for event, ts, index in valid:
                 pairs.append((event, ts))
@@ -364,7 +363,7 @@ class WorkerLoop:
         """Check Redis against the commits, apply, then in one transaction dead-letter, publish
         and commit the offsets (the apply thread: every Redis and producer call happens here, so
         the shutdown deadline can abandon any of them)."""
-        guard = self._guard
+        guard = self.guard
         if guard is not None:
             wanted = {m.partition() or 0 for m in prepared.messages}
             verdicts = guard.check(guard.held() if full_check else wanted)

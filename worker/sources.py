@@ -41,7 +41,6 @@ from common.scripts import load_script
 from worker.apply import Applier, Source
 
 _log = logging.getLogger(__name__)
-NO_OFFSET = -1001  # librdkafka's OFFSET_INVALID: nothing committed
 KAFKA_TIMEOUT_S = 10.0
 EPOCH = "epoch"
 ACCEPTED = "accepted"  # epochs `rankstream accept-redis` accepted the group's commits from
@@ -230,27 +229,20 @@ class SourceGuard:
             self._topic_id = self._describe_topic()[0]
         except KafkaException as exc:
             _log.warning("could not read the topic id, keeping the last one", extra={"error": str(exc)})
-        commits = self._commits([TopicPartition(self._topic, p) for p in partitions])
+        commits = self._commits(partitions)
         for p in partitions:
             offset, metadata = commits.get(p, (-1, None))
             part = self._parts[p]
             part.source = Source(self._topic, p, self._topic_id, offset - 1 if offset >= 0 else -1)
             part.metadata, part.known = metadata, True
 
-    def _commits(self, partitions: list[TopicPartition] | None = None) -> dict[int, tuple[int, str | None]]:
-        request = [ConsumerGroupTopicPartitions(self._group, partitions)]
+    def _commits(self, partitions: list[int]) -> dict[int, tuple[int, str | None]]:
         try:
-            futures = self._admin.list_consumer_group_offsets(request, request_timeout=KAFKA_TIMEOUT_S)
-            listed = futures[self._group].result()
+            return group_commits(self._admin, self._group, self._topic, partitions)
         except KafkaException as exc:
             # a new client next time: one that lived through a broker restart kept timing out
             self._admin = self._make_admin()
             raise InfrastructureError(f"the group's committed offsets can't be read: {exc}") from exc
-        return {
-            tp.partition: (tp.offset, tp.metadata or None)
-            for tp in listed.topic_partitions
-            if tp.topic == self._topic and tp.offset >= 0
-        }
 
     def _remember(self, numbers: list[int], verdicts: list[Blocked]) -> list[Blocked]:
         """The verdicts of this check replace the last ones, except a board's own epoch mismatch,
@@ -273,7 +265,7 @@ class SourceGuard:
         """Redis has no epoch: start one (fresh deployment, or adopting the previous release's
         data), or None when the group's commits say Redis lost what it held."""
         _, partitions = self._describe_topic()
-        committed = self._commits([TopicPartition(self._topic, p) for p in partitions])
+        committed = self._commits(partitions)
         # another worker may have started one meanwhile (and committed into it): take that
         started = text(self._client.hget(self._key, EPOCH))
         if started is not None:
@@ -307,10 +299,31 @@ class SourceGuard:
                 part.metadata = self.epoch
 
     def _describe_topic(self) -> tuple[str, list[int]]:
-        """The topic's id and partitions."""
-        futures = self._admin.describe_topics(TopicCollection([self._topic]), request_timeout=KAFKA_TIMEOUT_S)
-        description = futures[self._topic].result()
-        return str(description.topic_id), [p.id for p in description.partitions]
+        return describe_topic(self._admin, self._topic)
+
+
+def describe_topic(admin: AdminClient, topic: str) -> tuple[str, list[int]]:
+    """The topic's id and partition numbers (raises KafkaException)."""
+    futures = admin.describe_topics(TopicCollection([topic]), request_timeout=KAFKA_TIMEOUT_S)
+    description = futures[topic].result()
+    return str(description.topic_id), [p.id for p in description.partitions]
+
+
+def group_commits(
+    admin: AdminClient, group: str, topic: str, partitions: list[int] | None = None
+) -> dict[int, tuple[int, str | None]]:
+    """partition -> (committed offset, epoch metadata) of the partitions of `topic` the group has
+    committed (all, or those asked for); Kafka's stable commits, so a dead owner's open
+    transaction does not hold the answer up (raises KafkaException)."""
+    wanted = None if partitions is None else [TopicPartition(topic, p) for p in partitions]
+    futures = admin.list_consumer_group_offsets(
+        [ConsumerGroupTopicPartitions(group, wanted)], request_timeout=KAFKA_TIMEOUT_S
+    )
+    return {
+        tp.partition: (tp.offset, tp.metadata or None)
+        for tp in futures[group].result().topic_partitions
+        if tp.topic == topic and tp.offset >= 0
+    }
 
 
 def text(raw: bytes | str | None) -> str | None:

@@ -7,7 +7,7 @@
 --       expire-at ms (0 = never), then per event F fields: op, member, score, tie ms, meta
 --       ('' = none), window mask (bit i-1 set = the event counts in instance i), offset, where
 --       (source number * 1000 + array index + 1; 0 = no source), id fingerprint, and while
---       adopting a previous release's board the event id.
+--       adopting a previous release's board the key of its record of the id (common/keys.py).
 -- Returns, per event: status (ST below; worker/apply.py Status), board seq, for FAILED the error
 -- class its first delivery raised (op 'x' records that), and when "want state"
 -- (hot boards): per instance in its mask, "<score>|<tie ms>" or "" for an absent member, then
@@ -171,7 +171,6 @@ local expires_at = at
 at = at + W
 
 local ids = IDW.new(KEYS[4], tonumber(ARGV[H.WINDOW]), tonumber(ARGV[H.CAP]))
-local legacy_prefix = legacy and string.sub(KEYS[3], 1, -6) .. 'id:' or nil  -- '<tag>:fence' -> '<tag>:id:'
 local legacy_new = {}
 
 local out, touched, dirty, meta_dirty = {}, {}, {}, {}
@@ -181,7 +180,7 @@ for e = 1, E do
   local op, member, score = ARGV[at + 1], ARGV[at + 2], tonumber(ARGV[at + 3])
   local tie, meta, mask = tonumber(ARGV[at + 4]), ARGV[at + 5], tonumber(ARGV[at + 6])
   local offset, where, fp = tonumber(ARGV[at + 7]), tonumber(ARGV[at + 8]), ARGV[at + 9]
-  local event_id = legacy and ARGV[at + 10] or nil
+  local legacy_key = legacy and ARGV[at + 10] or nil  -- the previous release's record of the id
   at = at + F
   local src = where > 0 and sources[math.floor(where / 1000)] or nil
   local sub = where % 1000
@@ -198,7 +197,7 @@ for e = 1, E do
     -- class): a redelivery of it is dead-lettered again, not taken for applied
     status, failed_as = ST.FAILED, member
     if src then src.rejected[offset .. ':' .. sub] = member end
-  elseif IDW.seen(ids, fp) or (legacy and (legacy_new[event_id] or redis.call('EXISTS', legacy_prefix .. event_id) == 1)) then
+  elseif IDW.seen(ids, fp) or (legacy and (legacy_new[legacy_key] or redis.call('EXISTS', legacy_key) == 1)) then
     status = ST.DUPLICATE  -- a duplicate of an applied event is a duplicate, whatever it would do now
   else
     -- plan every instance before changing any, so an out-of-range result changes nothing
@@ -217,7 +216,7 @@ for e = 1, E do
     else
       status = ST.APPLIED
       IDW.add(ids, fp)
-      if legacy then legacy_new[event_id] = true end
+      if legacy then legacy_new[legacy_key] = true end
       seq = seq + 1
       for i = 1, W do
         local p = plans[i]
@@ -256,7 +255,7 @@ end
 -- phase 2: the writes
 IDW.flush(ids)
 if legacy then
-  for id in pairs(legacy_new) do redis.call('SET', legacy_prefix .. id, '1', 'PX', legacy_ttl) end
+  for key in pairs(legacy_new) do redis.call('SET', key, '1', 'PX', legacy_ttl) end
 end
 local fence_args = {}
 for _, src in ipairs(sources) do
