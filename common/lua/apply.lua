@@ -138,6 +138,8 @@ local function meta_of(member)
 end
 
 -- the fence: per source its stored position and the positions rejected since the low water
+-- (positions as exact integer text: Lua's own number-to-text turns 10^14 into '1e+14')
+local function pos_key(offset, sub) return string.format('%d:%d', offset, sub) end
 local sources, fields = {}, {'e'}
 local at = H.S
 for k = 1, S do
@@ -160,7 +162,7 @@ for k, src in ipairs(sources) do
       src.offset, src.where = tonumber(o), tonumber(wh)
       if rej then
         for ro, rw, why in string.gmatch(rej, '(%d+):(%d+):?([%w_]*)') do
-          if tonumber(ro) > src.low then src.rejected[ro .. ':' .. rw] = why end
+          if tonumber(ro) > src.low then src.rejected[pos_key(tonumber(ro), tonumber(rw))] = why end
         end
       end
     end
@@ -188,7 +190,7 @@ for e = 1, E do
   local fenced = src and (offset < src.offset or (offset == src.offset and sub <= src.where))
   if fenced then
     -- redelivered: changes nothing, reports what its first delivery reported
-    local why = src.rejected[offset .. ':' .. sub]
+    local why = src.rejected[pos_key(offset, sub)]
     if why == nil then status = ST.REDELIVERED
     elseif why == '' then status = ST.OUT_OF_RANGE
     else status, failed_as = ST.FAILED, why end
@@ -196,7 +198,7 @@ for e = 1, E do
     -- the worker's record of an event whose processing raised (its member names the error
     -- class): a redelivery of it is dead-lettered again, not taken for applied
     status, failed_as = ST.FAILED, member
-    if src then src.rejected[offset .. ':' .. sub] = member end
+    if src then src.rejected[pos_key(offset, sub)] = member end
   elseif IDW.seen(ids, fp) or (legacy and (legacy_new[legacy_key] or redis.call('EXISTS', legacy_key) == 1)) then
     status = ST.DUPLICATE  -- a duplicate of an applied event is a duplicate, whatever it would do now
   else
@@ -212,7 +214,7 @@ for e = 1, E do
     end
     if not in_range then
       status = ST.OUT_OF_RANGE
-      if src then src.rejected[offset .. ':' .. sub] = '' end
+      if src then src.rejected[pos_key(offset, sub)] = '' end
     else
       status = ST.APPLIED
       IDW.add(ids, fp)

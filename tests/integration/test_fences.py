@@ -179,3 +179,21 @@ def test_partition_records_are_only_raised(rclient, settings):
     raise_applied(rclient, key, "new-tid", {2: 3})
     raise_applied(rclient, key, "new-tid", {0: 1})
     assert rclient.hgetall(key) == {b"0": b"new-tid|1", b"1": b"tid|6", b"2": b"new-tid|3"}
+
+
+def test_fences_hold_at_offsets_beyond_lua_number_text(applier, rclient, settings):
+    """Offsets of 10^15 and more (Lua prints 1e+15): the fence and the rejection list stay exact."""
+    big = 10**15 + 7
+    applier.apply([(ev(score=2**53 - 2), NOW)], [at(big)])
+    events = [ev(score=5), ev(score=-1)]
+    assert statuses(applier, events, [at(big + 1, 0), at(big + 1, 1)]) == [
+        Status.OUT_OF_RANGE,
+        Status.APPLIED,
+    ]
+    again = statuses(applier, events, [at(big + 1, 0), at(big + 1, 1)])
+    assert again == [Status.OUT_OF_RANGE, Status.REDELIVERED]
+    assert statuses(applier, [ev(score=1)], [at(big + 2)]) == [Status.APPLIED]
+    assert score(rclient, settings) == 2**53 - 2
+    fence = rclient.hgetall(BoardKeys(settings.key_prefix, "gift:r").fence)
+    assert fence[b"update_rank:0"] == f"topic-a|{big + 2}|0".encode()
+    assert fence[b"update_rank:0!r"] == f"{big + 1}:1".encode()
