@@ -82,6 +82,8 @@ WORKER_STOP_S = 30.0
 
 GOALS: dict[str, float] = {"events_per_s": 100_000, "vs_seed_ceiling": 1.5, "vs_naive": 5}
 MEMORY_GOALS: dict[str, float] = {"redis_bytes_per_event_id": 32}  # ceilings (bench/memory.py)
+# ceilings, ours / the seeds' bare design in the same run (bench/redis_cost.py)
+COST_GOALS: dict[str, float] = {"redis_vs_bare": 2.0, "redis_vs_bare_repeating": 2.0, "bytes_vs_bare": 1.6}
 _DIAGNOSTICS = (
     "single.events_per_s_from_assign",
     "arrays.events_per_s_from_assign",
@@ -127,6 +129,15 @@ ROWS = [
     Row("time_to_first_event_s_arrays"),
     Row("redis_bytes_per_event_id", "redis_bytes_per_event_id", at_most=True),
     Row("redis_bytes_per_fence"),
+    Row("redis_us_per_event"),
+    Row("seed_bare_redis_us_per_event"),
+    Row("redis_vs_bare", "redis_vs_bare", at_most=True),
+    Row("redis_vs_bare_repeating", "redis_vs_bare_repeating", at_most=True),
+    Row("redis_bytes_per_member_window"),
+    Row("bare_zset_bytes_per_member"),
+    Row("bytes_vs_bare", "bytes_vs_bare", at_most=True),
+    Row("worker_us_per_event"),
+    Row("kafka_us_per_event"),
     *(Row(f"details.{path}") for path in _DIAGNOSTICS),
 ]
 
@@ -176,7 +187,8 @@ def private_stack(folder: Path) -> Iterator[Stack]:
     boards_file.write_text(
         f"timezone: UTC\ntypes:\n  gift: {{windows: [{', '.join(WINDOWS)}]}}\n", encoding="utf-8"
     )
-    redis_server = LocalRedis("redis", folder / "redis", port=free_port(), persist=False)
+    # AOF on, as `rankstream dev` runs it: what users pay for is measured with persistence
+    redis_server = LocalRedis("redis", folder / "redis", port=free_port(), persist=True)
     kafka = LocalKafka("kafka", folder / "kafka", port=free_port(), controller_port=free_port())
     try:
         redis_server.start()
@@ -732,6 +744,7 @@ def run() -> Result:
     rng = random.Random(20261122)  # the same events every run: only the code under test changes
     started = time.monotonic()
     from bench.memory import fence_bytes, measure_id_memory  # noqa: PLC0415 - it builds on this module
+    from bench.redis_cost import measure_redis_cost  # noqa: PLC0415 - it builds on bench.memory
 
     with private_stack(FOLDER) as stack:
         single = measure_worker(stack, n, "single", rng)
@@ -739,15 +752,20 @@ def run() -> Result:
         arrays = measure_worker(stack, n, "arrays", rng)
         ids = measure_id_memory(stack, rng)
         ceiling = measure_seed_ceiling(stack)
+        cost = measure_redis_cost(stack.client, rng)
         naive = measure_naive(stack, naive_n, rng)
     for name, report in (("single", single), ("arrays", arrays)):
         if not report["applied_exact"]:
             say(f"WARNING: {name}: {report['applied']} events applied, expected exactly {n}")
     summary = summarize(single, arrays, ceiling, naive)
-    summary["goals"] = {**summary["goals"], **MEMORY_GOALS}
+    summary["goals"] = {**summary["goals"], **MEMORY_GOALS, **COST_GOALS}
     summary["met_memory"] = {k: ids["bytes_per_event_id"] <= v for k, v in MEMORY_GOALS.items()}
+    summary["met_cost"] = {k: cost[k] <= v for k, v in COST_GOALS.items()}
     return {
         **summary,
+        **{k: v for k, v in cost.items() if k not in ("members", "windows", "chunk")},
+        "worker_us_per_event": arrays["cpu_us_per_event"].get("worker"),
+        "kafka_us_per_event": arrays["cpu_us_per_event"].get("kafka"),
         "redis_bytes_per_event_id": ids["bytes_per_event_id"],
         "redis_bytes_per_fence": fences["bytes_per_fence"],
         "n_events": n,
@@ -763,6 +781,7 @@ def run() -> Result:
             "naive": naive,
             "id_window": ids,
             "fences": fences,
+            "redis_cost": cost,
         },
         **header,
         "duration_s": round(time.monotonic() - started, 1),

@@ -41,10 +41,16 @@ local function fmt(x)
   return string.format('%.17g', x)
 end
 
+-- the tie prefix of each tie time, formatted once per call
+local prefixes = {}
 local function enc(tie, member)
-  if mode == 'inv' then return string.format('%012x', TIE_MAX - tie) .. member end
-  if mode == 'fwd' then return string.format('%012x', tie) .. member end
-  return member
+  if mode == 'none' then return member end
+  local p = prefixes[tie]
+  if p == nil then
+    p = string.format('%012x', mode == 'inv' and TIE_MAX - tie or tie)
+    prefixes[tie] = p
+  end
+  return p .. member
 end
 
 local function better(a, b)
@@ -52,43 +58,55 @@ local function better(a, b)
   return a < b
 end
 
--- keep the rank zset exactly the best maxm members; the rest wait in the overflow zset
-local function rebalance(rk, ov)
-  if redis.call('ZCARD', ov) > 0 then
-    local best = desc and redis.call('ZRANGE', ov, -1, -1, 'WITHSCORES') or redis.call('ZRANGE', ov, 0, 0, 'WITHSCORES')
-    redis.call('ZREM', ov, best[1])
-    redis.call('ZADD', rk, best[2], best[1])
+-- keep the rank zset exactly the best maxm members, the rest in the overflow zset. `changed`
+-- members were just rewritten: the best `changed` of the overflow are the only ones that can
+-- belong in the rank zset now, so they move up, then whatever is beyond maxm moves down.
+local function move(from, to, rows)
+  if #rows == 0 then return end
+  local add, rem = {}, {}
+  for j = 1, #rows, 2 do
+    add[#add + 1] = rows[j + 1]
+    add[#add + 1] = rows[j]
+    rem[#rem + 1] = rows[j]
   end
-  while redis.call('ZCARD', rk) > maxm do
-    local worst = desc and redis.call('ZRANGE', rk, 0, 0, 'WITHSCORES') or redis.call('ZRANGE', rk, -1, -1, 'WITHSCORES')
-    redis.call('ZREM', rk, worst[1])
-    redis.call('ZADD', ov, worst[2], worst[1])
+  redis.call('ZREM', from, unpack(rem))
+  redis.call('ZADD', to, unpack(add))
+end
+
+local function rebalance(rk, ov, changed)
+  local n = math.min(changed, redis.call('ZCARD', ov))
+  if n > 0 then
+    move(ov, rk, desc and redis.call('ZRANGE', ov, -n, -1, 'WITHSCORES') or redis.call('ZRANGE', ov, 0, n - 1, 'WITHSCORES'))
+  end
+  local excess = redis.call('ZCARD', rk) - maxm
+  if excess > 0 then
+    move(rk, ov, desc and redis.call('ZRANGE', rk, 0, excess - 1, 'WITHSCORES') or redis.call('ZRANGE', rk, -excess, -1, 'WITHSCORES'))
   end
 end
 
-local function in_mask(mask, i)
-  return math.floor(mask / 2 ^ (i - 1)) % 2 == 1
-end
-
--- Per call, each (instance, member) is read from Redis once and written once, at the end:
--- a burst of events from one member costs one write. c.rtie = the tie of the entry in Redis.
+-- Per call, each (instance, member) is read from Redis once, before any decision (one HMGET
+-- per instance), and written once, after the last (one ZREM/ZADD/HSET/HDEL per instance): a
+-- burst of events from one member costs one write. c.rtie = the tie of the entry in Redis.
 local cache = {}
 local function load(i, member)
-  local ci = cache[i]
-  if ci == nil then ci = {}; cache[i] = ci end
-  local c = ci[member]
-  if c == nil then
-    local old = redis.call('HGET', KEYS[KI + 3 * i], member)
+  return cache[i][member]
+end
+
+local function prefetch(i, members)
+  local ci = {}
+  cache[i] = ci
+  if #members == 0 then return end
+  local got = redis.call('HMGET', KEYS[KI + 3 * i], unpack(members))
+  for j, member in ipairs(members) do
+    local old = got[j]
     if old then
       local bar = string.find(old, '|', 1, true)
       local t = tonumber(string.sub(old, bar + 1))
-      c = {present = true, score = tonumber(string.sub(old, 1, bar - 1)), tie = t, rtie = t}
+      ci[member] = {present = true, score = tonumber(string.sub(old, 1, bar - 1)), tie = t, rtie = t}
     else
-      c = {present = false}
+      ci[member] = {present = false}
     end
-    ci[member] = c
   end
-  return c
 end
 
 -- the planned new score of one member in one instance: nil = unchanged, false = delete
@@ -106,36 +124,44 @@ local function plan(c, op, score)
   return new
 end
 
-local function flush(i, member, c)
+-- phase 2 for one instance: its dirty members, written with one call per command
+local function flush(i, list)
   local rk, ov, st = KEYS[KI + 3 * i - 2], KEYS[KI + 3 * i - 1], KEYS[KI + 3 * i]
-  if c.rtie then
-    local old_member = enc(c.rtie, member)
-    -- with no tie prefix the member is unchanged and ZADD below overwrites its score
-    if not (mode == 'none' and c.present) then redis.call('ZREM', rk, old_member) end
-    if maxm > 0 then redis.call('ZREM', ov, old_member) end
+  local rem, add, hset, hdel = {}, {}, {}, {}
+  for _, d in ipairs(list) do
+    local member, c = d[1], d[2]
+    -- with no tie prefix a present member keeps its zset entry and ZADD overwrites its score
+    if c.rtie and not (mode == 'none' and c.present) then rem[#rem + 1] = enc(c.rtie, member) end
+    if c.present then
+      local text = fmt(c.score)
+      hset[#hset + 1] = member
+      hset[#hset + 1] = text .. '|' .. fmt(c.tie)
+      add[#add + 1] = text
+      add[#add + 1] = enc(c.tie, member)
+    else
+      hdel[#hdel + 1] = member
+    end
   end
-  if c.present then
-    redis.call('HSET', st, member, fmt(c.score) .. '|' .. fmt(c.tie))
-    redis.call('ZADD', rk, fmt(c.score), enc(c.tie, member))
-  else
-    redis.call('HDEL', st, member)
+  if #rem > 0 then redis.call('ZREM', rk, unpack(rem)) end
+  if maxm > 0 then
+    -- the overflow may hold any of them (in mode none under its plain name)
+    local gone = {}
+    for _, d in ipairs(list) do
+      if d[2].rtie then gone[#gone + 1] = enc(d[2].rtie, d[1]) end
+    end
+    if #gone > 0 then redis.call('ZREM', ov, unpack(gone)) end
   end
-  if maxm > 0 then rebalance(rk, ov) end
+  if #add > 0 then redis.call('ZADD', rk, unpack(add)) end
+  if #hset > 0 then redis.call('HSET', st, unpack(hset)) end
+  if #hdel > 0 then redis.call('HDEL', st, unpack(hdel)) end
+  if maxm > 0 then rebalance(rk, ov, #list) end
 end
 
 -- Two phases: every read and decision first, every write after the last event is decided. A
 -- script that raises midway has then written nothing, so the worker can narrow a failed call
 -- down to its event by re-applying one event at a time (worker/apply.py) without losing or
 -- double-counting anything.
-local metas = {}  -- member -> meta after this call's events ('' = none); read once
-local function meta_of(member)
-  local m = metas[member]
-  if m == nil then
-    m = redis.call('HGET', KEYS[2], member) or ''
-    metas[member] = m
-  end
-  return m
-end
+local metas = {}  -- member -> meta after this call's events ('' = none); read in phase 1
 
 -- the fence: per source its stored position and the positions rejected since the low water
 -- (positions as exact integer text: Lua's own number-to-text turns 10^14 into '1e+14')
@@ -175,15 +201,56 @@ at = at + W
 local ids = IDW.new(KEYS[4], tonumber(ARGV[H.WINDOW]), tonumber(ARGV[H.CAP]))
 local legacy_new = {}
 
+-- the events, then phase 1's reads: every member's state in every instance it counts in (one
+-- HMGET per instance), the id window's record of every fingerprint, the metas of a hot board
+local events, per_instance, seen_in, fps = {}, {}, {}, {}
+for i = 1, W do per_instance[i], seen_in[i] = {}, {} end
+for e = 1, E do
+  local ev = {op = ARGV[at + 1], member = ARGV[at + 2], score = tonumber(ARGV[at + 3]),
+              tie = tonumber(ARGV[at + 4]), meta = ARGV[at + 5], mask = tonumber(ARGV[at + 6]),
+              offset = tonumber(ARGV[at + 7]), where = tonumber(ARGV[at + 8]), fp = ARGV[at + 9],
+              legacy_key = legacy and ARGV[at + 10] or nil}  -- the previous release's record of the id
+  at = at + F
+  events[e] = ev
+  local inst, mask = {}, ev.mask  -- the instances the event counts in, from its mask
+  for i = 1, W do
+    if mask % 2 == 1 then inst[#inst + 1] = i end
+    mask = math.floor(mask / 2)
+  end
+  ev.inst = inst
+  if ev.op ~= 'x' then
+    fps[#fps + 1] = ev.fp
+    for _, i in ipairs(inst) do
+      if not seen_in[i][ev.member] then
+        seen_in[i][ev.member] = true
+        per_instance[i][#per_instance[i] + 1] = ev.member
+      end
+    end
+  end
+end
+for i = 1, W do prefetch(i, per_instance[i]) end
+IDW.prefetch(ids, fps)
+if want_state then
+  local wanted, seen = {}, {}
+  for _, ev in ipairs(events) do
+    if ev.op ~= 'x' and not seen[ev.member] then
+      seen[ev.member] = true
+      wanted[#wanted + 1] = ev.member
+    end
+  end
+  if #wanted > 0 then
+    local got = redis.call('HMGET', KEYS[2], unpack(wanted))
+    for j, member in ipairs(wanted) do metas[member] = got[j] or '' end
+  end
+end
+
 local out, touched, dirty, meta_dirty = {}, {}, {}, {}
+for i = 1, W do dirty[i] = {} end
 local seq0 = tonumber(redis.call('GET', KEYS[1]) or '0')
 local seq = seq0
-for e = 1, E do
-  local op, member, score = ARGV[at + 1], ARGV[at + 2], tonumber(ARGV[at + 3])
-  local tie, meta, mask = tonumber(ARGV[at + 4]), ARGV[at + 5], tonumber(ARGV[at + 6])
-  local offset, where, fp = tonumber(ARGV[at + 7]), tonumber(ARGV[at + 8]), ARGV[at + 9]
-  local legacy_key = legacy and ARGV[at + 10] or nil  -- the previous release's record of the id
-  at = at + F
+for _, ev in ipairs(events) do
+  local op, member, score, tie, meta, inst = ev.op, ev.member, ev.score, ev.tie, ev.meta, ev.inst
+  local offset, where, fp, legacy_key = ev.offset, ev.where, ev.fp, ev.legacy_key
   local src = where > 0 and sources[math.floor(where / 1000)] or nil
   local sub = where % 1000
   local status, failed_as
@@ -204,13 +271,11 @@ for e = 1, E do
   else
     -- plan every instance before changing any, so an out-of-range result changes nothing
     local plans, in_range = {}, true
-    for i = 1, W do
-      if in_mask(mask, i) then
-        local c = load(i, member)
-        local new = plan(c, op, score)
-        if new and math.abs(new) > EXACT then in_range = false end
-        plans[i] = {new, c}
-      end
+    for k, i in ipairs(inst) do
+      local c = load(i, member)
+      local new = plan(c, op, score)
+      if new and math.abs(new) > EXACT then in_range = false end
+      plans[k] = {new, c}
     end
     if not in_range then
       status = ST.OUT_OF_RANGE
@@ -220,15 +285,15 @@ for e = 1, E do
       IDW.add(ids, fp)
       if legacy then legacy_new[legacy_key] = true end
       seq = seq + 1
-      for i = 1, W do
-        local p = plans[i]
-        if p and p[1] ~= nil then
+      for k, i in ipairs(inst) do
+        local p = plans[k]
+        if p[1] ~= nil then
           local c = p[2]
           if p[1] == false then c.present = false
           else c.present, c.score, c.tie = true, p[1], tie end
           if not c.dirty then
             c.dirty = true
-            dirty[#dirty + 1] = {i, member, c}
+            dirty[i][#dirty[i] + 1] = {member, c}
           end
           touched[i] = true
         end
@@ -244,13 +309,11 @@ for e = 1, E do
   out[#out + 1] = seq
   if status == ST.FAILED then out[#out + 1] = failed_as end
   if want_state then
-    for i = 1, W do
-      if in_mask(mask, i) then
-        local c = load(i, member)
-        out[#out + 1] = c.present and (fmt(c.score) .. '|' .. fmt(c.tie)) or ''
-      end
+    for _, i in ipairs(inst) do
+      local c = load(i, member)
+      out[#out + 1] = c.present and (fmt(c.score) .. '|' .. fmt(c.tie)) or ''
     end
-    out[#out + 1] = meta_of(member)
+    out[#out + 1] = metas[member] or ''
   end
 end
 
@@ -279,11 +342,17 @@ if #fence_args > 0 then
   if fence_dirty then fence_args[#fence_args + 1] = 'e'; fence_args[#fence_args + 1] = epoch end
   redis.call('HSET', KEYS[3], unpack(fence_args))
 end
+local meta_set, meta_del = {}, {}
 for member in pairs(meta_dirty) do
   local m = metas[member]
-  if m == '' then redis.call('HDEL', KEYS[2], member) else redis.call('HSET', KEYS[2], member, m) end
+  if m == '' then meta_del[#meta_del + 1] = member
+  else meta_set[#meta_set + 1] = member; meta_set[#meta_set + 1] = m end
 end
-for _, d in ipairs(dirty) do flush(d[1], d[2], d[3]) end
+if #meta_set > 0 then redis.call('HSET', KEYS[2], unpack(meta_set)) end
+if #meta_del > 0 then redis.call('HDEL', KEYS[2], unpack(meta_del)) end
+for i = 1, W do
+  if #dirty[i] > 0 then flush(i, dirty[i]) end
+end
 if seq ~= seq0 then redis.call('SET', KEYS[1], seq) end
 
 for i = 1, W do

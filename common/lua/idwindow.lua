@@ -16,8 +16,12 @@
 local IDW = {}
 
 function IDW.new(dir, window_s, cap)
-  return {dir = dir, window = window_s, cap = cap, len = nil, now = nil, pending = {}, order = {}}
+  return {dir = dir, window = window_s, cap = cap, len = nil, now = nil, pending = {}, order = {},
+          depth = {}, whole = nil, found = {}}
 end
+
+-- a directory up to this many bytes is read whole once per call; a longer one slot by slot
+local WHOLE_DIR = 4096
 
 local MAX_DEPTH = 24
 
@@ -41,16 +45,49 @@ local function bucket(w, fp)
   local v, n = slot_value(fp), dir_len(w)
   if n == 0 then return w.dir .. ':0:0', 0, 0 end
   local s = v % n
-  local d = string.byte(redis.call('GETRANGE', w.dir, s, s))
+  local d = w.depth[s]
+  if d == nil then
+    if w.whole == nil and n <= WHOLE_DIR then w.whole = redis.call('GET', w.dir) end
+    if w.whole then d = string.byte(w.whole, s + 1)
+    else d = string.byte(redis.call('GETRANGE', w.dir, s, s)) end
+    w.depth[s] = d
+  end
   local p = v % (2 ^ d)
   return string.format('%s:%d:%d', w.dir, d, p), d, p
+end
+
+-- phase 1: read when each of `fps` was applied (one ZMSCORE per bucket)
+function IDW.prefetch(w, fps)
+  local groups, keys = {}, {}
+  for _, fp in ipairs(fps) do
+    if w.found[fp] == nil then
+      local key = bucket(w, fp)
+      local g = groups[key]
+      if g == nil then
+        g = {}
+        groups[key] = g
+        keys[#keys + 1] = key
+      end
+      g[#g + 1] = fp
+      w.found[fp] = false
+    end
+  end
+  for _, key in ipairs(keys) do
+    local g = groups[key]
+    local at = redis.call('ZMSCORE', key, unpack(g))
+    for j, fp in ipairs(g) do w.found[fp] = at[j] and tonumber(at[j]) or false end
+  end
 end
 
 -- was fp applied less than the window ago (or earlier in this call)?
 function IDW.seen(w, fp)
   if w.pending[fp] then return true end
-  local at = redis.call('ZSCORE', (bucket(w, fp)), fp)
-  return at ~= false and now_s(w) - tonumber(at) < w.window
+  local at = w.found[fp]
+  if at == nil then
+    at = redis.call('ZSCORE', (bucket(w, fp)), fp)
+    at = at and tonumber(at)
+  end
+  return at ~= false and now_s(w) - at < w.window
 end
 
 -- remember fp (phase 1: queued; written by IDW.flush)
@@ -79,6 +116,7 @@ local function split(w, key, d, p)
     w.len = w.len * 2
   end
   set_depth(w, d, p, d + 1)
+  w.depth, w.whole = {}, nil  -- the directory changed
   local keys = {string.format('%s:%d:%d', w.dir, d + 1, p), string.format('%s:%d:%d', w.dir, d + 1, p + 2 ^ d)}
   local halves = {{}, {}}
   for i = 1, #entries, 2 do

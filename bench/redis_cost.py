@@ -1,0 +1,137 @@
+"""What one event costs Redis, ours against the seeds' bare design, on the same Redis in one run
+(part of `bench worker`). Counted with Redis' own INFO: `used_cpu_user + used_cpu_sys` per event
+and `used_memory` per (member, window instance).
+
+Workload (issue 10, fixed for every figure): one board of a type with windows [total, day,
+week], MEMBERS members with 24-character ids, Redis with AOF as `rankstream dev` runs it.
+- distinct: one event per member, onto an empty board (every event adds a member);
+- repeating: as many events again, members drawn uniformly from those on the board.
+Ours = worker/apply.py's Applier (apply.lua with its offset fence and id window) called in chunks
+of CHUNK events, as the worker calls it; the seeds' bare design
+(`seed_bare_redis_us_per_event`) = ZINCRBY per window, pipelined per CHUNK events, no dedupe.
+Bytes: after the distinct phase the id window's and the fence's keys are deleted (they are
+counted per id in bench/memory.py), and used_memory's growth is divided by members x windows;
+`bare_zset_bytes_per_member` is the same for the bare design's sorted sets.
+Knob: RANKSTREAM_BENCH_COST_MEMBERS (default 100000).
+"""
+
+from __future__ import annotations
+
+import random
+import string
+import time
+from collections.abc import Callable, Sequence
+from typing import cast
+
+import redis
+
+from bench.common import Result, env_int, say
+from bench.memory import used_memory
+from common.boards import parse_boards
+from common.events import Op, UpdateEvent
+from worker.apply import Applier, Position, Source
+
+DEFAULT_MEMBERS = 100_000
+CHUNK = 500
+WINDOWS = ("total", "day", "week")
+BOARD = "cost:room1"
+PREFIX = "c:"
+ID_LENGTH = 24
+CONFIG = f"timezone: UTC\ntypes:\n  cost: {{windows: [{', '.join(WINDOWS)}]}}\n"
+
+
+def redis_cpu_s(client: redis.Redis) -> float:
+    info = cast("dict[str, float]", client.info("cpu"))
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
+def member_ids(n: int, rng: random.Random) -> list[str]:
+    alphabet = string.ascii_letters + string.digits
+    return ["".join(rng.choices(alphabet, k=ID_LENGTH)) for _ in range(n)]
+
+
+def _measure(client: redis.Redis, n: int, apply_chunk: Callable[[int, int], None]) -> float:
+    """Redis CPU microseconds per event for n events applied in chunks."""
+    before = redis_cpu_s(client)
+    for start in range(0, n, CHUNK):
+        apply_chunk(start, min(start + CHUNK, n))
+    return round(1e6 * (redis_cpu_s(client) - before) / n, 2)
+
+
+def _ours(client: redis.Redis, members: Sequence[str], repeat: Sequence[str], now: int) -> Result:
+    applier = Applier(client, parse_boards(CONFIG), PREFIX, 3600, now_ms=lambda: now, epoch="bench")
+    source = Source("bench", 0, "bench-topic", -1)
+
+    def phase(tag: str, who: Sequence[str], first_offset: int) -> Callable[[int, int], None]:
+        def apply_chunk(start: int, stop: int) -> None:
+            events = [
+                (UpdateEvent(f"{tag}-{i}", BOARD, "cost", who[i], Op.INCR, float(1 + i % 97), now, None), now)
+                for i in range(start, stop)
+            ]
+            positions = [Position(source, first_offset + i, None) for i in range(start, stop)]
+            applier.apply(events, positions)
+
+        return apply_chunk
+
+    base = used_memory(client)
+    distinct = _measure(client, len(members), phase("d", members, 0))
+    side = [*client.scan_iter(match=f"{PREFIX}{{{BOARD}}}:i*", count=10_000), f"{PREFIX}{{{BOARD}}}:fence"]
+    client.delete(*side)
+    held = used_memory(client) - base
+    repeating = _measure(client, len(repeat), phase("r", repeat, len(members)))
+    return {
+        "distinct_us_per_event": distinct,
+        "repeating_us_per_event": repeating,
+        "bytes_per_member_window": round(held / (len(members) * len(WINDOWS)), 1),
+    }
+
+
+def _bare(client: redis.Redis, members: Sequence[str], repeat: Sequence[str]) -> Result:
+    keys = [f"bare:{{{BOARD}}}:{w}" for w in WINDOWS]
+
+    def phase(who: Sequence[str]) -> Callable[[int, int], None]:
+        def apply_chunk(start: int, stop: int) -> None:
+            pipe = client.pipeline(transaction=False)
+            for i in range(start, stop):
+                for key in keys:
+                    pipe.zincrby(key, float(1 + i % 97), who[i])
+            pipe.execute()
+
+        return apply_chunk
+
+    base = used_memory(client)
+    distinct = _measure(client, len(members), phase(members))
+    held = used_memory(client) - base
+    repeating = _measure(client, len(repeat), phase(repeat))
+    return {
+        "distinct_us_per_event": distinct,
+        "repeating_us_per_event": repeating,
+        "bytes_per_member": round(held / (len(members) * len(WINDOWS)), 1),
+    }
+
+
+def measure_redis_cost(client: redis.Redis, rng: random.Random) -> Result:
+    n = env_int("COST_MEMBERS", DEFAULT_MEMBERS)
+    members = member_ids(n, rng)
+    repeat = [members[rng.randrange(n)] for _ in range(n)]
+    now = int(time.time() * 1000)
+    say(f"redis cost: {n} members x {len(WINDOWS)} windows, ours then the bare design")
+    client.flushall()
+    ours = _ours(client, members, repeat, now)
+    client.flushall()
+    bare = _bare(client, members, repeat)
+    client.flushall()
+    return {
+        "members": n,
+        "windows": list(WINDOWS),
+        "chunk": CHUNK,
+        "redis_us_per_event": ours["distinct_us_per_event"],
+        "redis_us_per_event_repeating": ours["repeating_us_per_event"],
+        "seed_bare_redis_us_per_event": bare["distinct_us_per_event"],
+        "seed_bare_redis_us_per_event_repeating": bare["repeating_us_per_event"],
+        "redis_vs_bare": round(ours["distinct_us_per_event"] / bare["distinct_us_per_event"], 2),
+        "redis_vs_bare_repeating": round(ours["repeating_us_per_event"] / bare["repeating_us_per_event"], 2),
+        "redis_bytes_per_member_window": ours["bytes_per_member_window"],
+        "bare_zset_bytes_per_member": bare["bytes_per_member"],
+        "bytes_vs_bare": round(ours["bytes_per_member_window"] / bare["bytes_per_member"], 2),
+    }
