@@ -73,14 +73,21 @@ local function move(from, to, rows)
   redis.call('ZADD', to, unpack(add))
 end
 
+-- (in slices: Lua's unpack takes at most ~8000 values, and a max_members just lowered on a
+-- board that already holds many members leaves a large excess)
+local SLICE = 1000
 local function rebalance(rk, ov, changed)
   local n = math.min(changed, redis.call('ZCARD', ov))
-  if n > 0 then
-    move(ov, rk, desc and redis.call('ZRANGE', ov, -n, -1, 'WITHSCORES') or redis.call('ZRANGE', ov, 0, n - 1, 'WITHSCORES'))
+  while n > 0 do
+    local k = math.min(n, SLICE)
+    move(ov, rk, desc and redis.call('ZRANGE', ov, -k, -1, 'WITHSCORES') or redis.call('ZRANGE', ov, 0, k - 1, 'WITHSCORES'))
+    n = n - k
   end
   local excess = redis.call('ZCARD', rk) - maxm
-  if excess > 0 then
-    move(rk, ov, desc and redis.call('ZRANGE', rk, 0, excess - 1, 'WITHSCORES') or redis.call('ZRANGE', rk, -excess, -1, 'WITHSCORES'))
+  while excess > 0 do
+    local k = math.min(excess, SLICE)
+    move(rk, ov, desc and redis.call('ZRANGE', rk, 0, k - 1, 'WITHSCORES') or redis.call('ZRANGE', rk, -k, -1, 'WITHSCORES'))
+    excess = excess - k
   end
 end
 

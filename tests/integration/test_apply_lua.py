@@ -164,3 +164,27 @@ def test_noscript_fallback_after_script_flush(applier, rclient, settings):
     rclient.script_flush()
     assert applier.apply([(ev("desc_first:ns", "m", 1), NOW)])[0].status is Status.APPLIED
     assert rclient.script_exists(load_script("apply").sha) == [True]
+
+
+def test_max_members_lowered_on_a_big_board_moves_the_excess_in_one_call(settings, rclient):
+    """A board of 5000 members whose type then gets max_members: 10: the next call moves 4990
+    members to the overflow zset (more than one Lua unpack() takes) and keeps the order exact."""
+    uncapped_boards = parse_boards(CONFIG.replace(", max_members: 3", ""))
+    capped_boards = parse_boards(CONFIG.replace("max_members: 3", "max_members: 10"))
+    uncapped = Applier(rclient, uncapped_boards, settings.key_prefix, 60_000, now_ms=lambda: NOW)
+    capped = Applier(rclient, capped_boards, settings.key_prefix, 60_000, now_ms=lambda: NOW)
+    board = f"capped:big{next(_counter)}"
+    for start in range(0, 5000, 500):
+        uncapped.apply([(ev(board, f"m{i}", i), NOW) for i in range(start, start + 500)])
+    capped.apply([(ev(board, "m0", 10_000), NOW)])
+    board_type = capped_boards.type_for("capped")
+    assert board_type is not None
+    keys = BoardKeys(settings.key_prefix, board)
+    ranked = rclient.zrevrange(keys.rank("total"), 0, -1, withscores=True)
+    assert [decode_member(tie_mode(board_type), m.decode()) for m, _ in ranked] == [
+        "m0",
+        *[f"m{i}" for i in range(4999, 4990, -1)],
+    ]
+    assert rclient.zcard(keys.overflow("total")) == 4990
+    best_overflow = rclient.zrevrange(keys.overflow("total"), 0, 0, withscores=True)[0][1]
+    assert best_overflow == 4990 < ranked[-1][1]
