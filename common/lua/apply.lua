@@ -58,9 +58,7 @@ local function better(a, b)
   return a < b
 end
 
--- keep the rank zset exactly the best maxm members, the rest in the overflow zset. `changed`
--- members were just rewritten: the best `changed` of the overflow are the only ones that can
--- belong in the rank zset now, so they move up, then whatever is beyond maxm moves down.
+-- move zset rows (member, score, ...) from one zset to the other
 local function move(from, to, rows)
   if #rows == 0 then return end
   local add, rem = {}, {}
@@ -73,21 +71,30 @@ local function move(from, to, rows)
   redis.call('ZADD', to, unpack(add))
 end
 
--- (in slices: Lua's unpack takes at most ~8000 values, and a max_members just lowered on a
--- board that already holds many members leaves a large excess)
+-- the k best (or worst) members of a zset in the board's order, with their scores
+local function edge(key, k, best)
+  if best == desc then return redis.call('ZRANGE', key, -k, -1, 'WITHSCORES') end
+  return redis.call('ZRANGE', key, 0, k - 1, 'WITHSCORES')
+end
+
+-- keep the rank zset exactly the best maxm members, the rest in the overflow zset. `changed`
+-- members were just rewritten: the best `changed` of the overflow are the only ones that can
+-- belong in the rank zset now, so they move up, then whatever is beyond maxm moves down (in
+-- slices: Lua's unpack takes at most ~8000 values, and a max_members just lowered on a board
+-- that already holds many members leaves a large excess)
 local SLICE = 1000
 local function rebalance(rk, ov, changed)
-  local n = math.min(changed, redis.call('ZCARD', ov))
-  while n > 0 do
-    local k = math.min(n, SLICE)
-    move(ov, rk, desc and redis.call('ZRANGE', ov, -k, -1, 'WITHSCORES') or redis.call('ZRANGE', ov, 0, k - 1, 'WITHSCORES'))
-    n = n - k
+  local up = math.min(changed, redis.call('ZCARD', ov))
+  while up > 0 do
+    local k = math.min(up, SLICE)
+    move(ov, rk, edge(ov, k, true))
+    up = up - k
   end
-  local excess = redis.call('ZCARD', rk) - maxm
-  while excess > 0 do
-    local k = math.min(excess, SLICE)
-    move(rk, ov, desc and redis.call('ZRANGE', rk, 0, k - 1, 'WITHSCORES') or redis.call('ZRANGE', rk, -k, -1, 'WITHSCORES'))
-    excess = excess - k
+  local down = redis.call('ZCARD', rk) - maxm
+  while down > 0 do
+    local k = math.min(down, SLICE)
+    move(rk, ov, edge(rk, k, false))
+    down = down - k
   end
 end
 
@@ -134,11 +141,15 @@ end
 -- phase 2 for one instance: its dirty members, written with one call per command
 local function flush(i, list)
   local rk, ov, st = KEYS[KI + 3 * i - 2], KEYS[KI + 3 * i - 1], KEYS[KI + 3 * i]
-  local rem, add, hset, hdel = {}, {}, {}, {}
+  local rem, gone, add, hset, hdel = {}, {}, {}, {}, {}
   for _, d in ipairs(list) do
     local member, c = d[1], d[2]
-    -- with no tie prefix a present member keeps its zset entry and ZADD overwrites its score
-    if c.rtie and not (mode == 'none' and c.present) then rem[#rem + 1] = enc(c.rtie, member) end
+    if c.rtie then
+      local old = enc(c.rtie, member)
+      -- with no tie prefix a present member keeps its zset entry and ZADD overwrites its score
+      if not (mode == 'none' and c.present) then rem[#rem + 1] = old end
+      gone[#gone + 1] = old  -- the overflow may hold it (in mode none under its plain name)
+    end
     if c.present then
       local text = fmt(c.score)
       hset[#hset + 1] = member
@@ -150,14 +161,7 @@ local function flush(i, list)
     end
   end
   if #rem > 0 then redis.call('ZREM', rk, unpack(rem)) end
-  if maxm > 0 then
-    -- the overflow may hold any of them (in mode none under its plain name)
-    local gone = {}
-    for _, d in ipairs(list) do
-      if d[2].rtie then gone[#gone + 1] = enc(d[2].rtie, d[1]) end
-    end
-    if #gone > 0 then redis.call('ZREM', ov, unpack(gone)) end
-  end
+  if maxm > 0 and #gone > 0 then redis.call('ZREM', ov, unpack(gone)) end
   if #add > 0 then redis.call('ZADD', rk, unpack(add)) end
   if #hset > 0 then redis.call('HSET', st, unpack(hset)) end
   if #hdel > 0 then redis.call('HDEL', st, unpack(hdel)) end
@@ -211,6 +215,7 @@ local legacy_new = {}
 -- the events, then phase 1's reads: every member's state in every instance it counts in (one
 -- HMGET per instance), the id window's record of every fingerprint, the metas of a hot board
 local events, per_instance, seen_in, fps = {}, {}, {}, {}
+local members, seen = {}, {}  -- every member of the call's events (their metas, for hot boards)
 for i = 1, W do per_instance[i], seen_in[i] = {}, {} end
 for e = 1, E do
   local ev = {op = ARGV[at + 1], member = ARGV[at + 2], score = tonumber(ARGV[at + 3]),
@@ -227,6 +232,10 @@ for e = 1, E do
   ev.inst = inst
   if ev.op ~= 'x' then
     fps[#fps + 1] = ev.fp
+    if not seen[ev.member] then
+      seen[ev.member] = true
+      members[#members + 1] = ev.member
+    end
     for _, i in ipairs(inst) do
       if not seen_in[i][ev.member] then
         seen_in[i][ev.member] = true
@@ -237,18 +246,9 @@ for e = 1, E do
 end
 for i = 1, W do prefetch(i, per_instance[i]) end
 IDW.prefetch(ids, fps)
-if want_state then
-  local wanted, seen = {}, {}
-  for _, ev in ipairs(events) do
-    if ev.op ~= 'x' and not seen[ev.member] then
-      seen[ev.member] = true
-      wanted[#wanted + 1] = ev.member
-    end
-  end
-  if #wanted > 0 then
-    local got = redis.call('HMGET', KEYS[2], unpack(wanted))
-    for j, member in ipairs(wanted) do metas[member] = got[j] or '' end
-  end
+if want_state and #members > 0 then
+  local got = redis.call('HMGET', KEYS[2], unpack(members))
+  for j, member in ipairs(members) do metas[member] = got[j] or '' end
 end
 
 local out, touched, dirty, meta_dirty = {}, {}, {}, {}

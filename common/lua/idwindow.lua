@@ -56,24 +56,34 @@ local function bucket(w, fp)
   return string.format('%s:%d:%d', w.dir, d, p), d, p
 end
 
--- phase 1: read when each of `fps` was applied (one ZMSCORE per bucket)
-function IDW.prefetch(w, fps)
+-- `fps` grouped by bucket: the bucket keys in first-seen order, and per key {d, p, fps}
+local function by_bucket(w, fps)
   local groups, keys = {}, {}
   for _, fp in ipairs(fps) do
+    local key, d, p = bucket(w, fp)
+    local g = groups[key]
+    if g == nil then
+      g = {d = d, p = p, fps = {}}
+      groups[key] = g
+      keys[#keys + 1] = key
+    end
+    g.fps[#g.fps + 1] = fp
+  end
+  return keys, groups
+end
+
+-- phase 1: read when each of `fps` was applied (one ZMSCORE per bucket)
+function IDW.prefetch(w, fps)
+  local wanted = {}
+  for _, fp in ipairs(fps) do
     if w.found[fp] == nil then
-      local key = bucket(w, fp)
-      local g = groups[key]
-      if g == nil then
-        g = {}
-        groups[key] = g
-        keys[#keys + 1] = key
-      end
-      g[#g + 1] = fp
       w.found[fp] = false
+      wanted[#wanted + 1] = fp
     end
   end
+  local keys, groups = by_bucket(w, wanted)
   for _, key in ipairs(keys) do
-    local g = groups[key]
+    local g = groups[key].fps
     local at = redis.call('ZMSCORE', key, unpack(g))
     for j, fp in ipairs(g) do w.found[fp] = at[j] and tonumber(at[j]) or false end
   end
@@ -138,23 +148,16 @@ end
 function IDW.flush(w)
   if #w.order == 0 then return end
   local now, ttl = string.format('%d', now_s(w)), (w.window + 1) * 1000
-  local groups, keys = {}, {}
-  for _, fp in ipairs(w.order) do
-    local key, d, p = bucket(w, fp)
-    local g = groups[key]
-    if g == nil then
-      g = {d = d, p = p, args = {}}
-      groups[key] = g
-      keys[#keys + 1] = key
-    end
-    g.args[#g.args + 1] = now
-    g.args[#g.args + 1] = fp
-  end
+  local keys, groups = by_bucket(w, w.order)  -- every bucket before any split changes the directory
   local stale = '(' .. string.format('%d', now_s(w) - w.window + 1)  -- applied a window ago or more
   for _, key in ipairs(keys) do
-    local g = groups[key]
+    local g, args = groups[key], {}
+    for _, fp in ipairs(g.fps) do
+      args[#args + 1] = now
+      args[#args + 1] = fp
+    end
     redis.call('ZREMRANGEBYSCORE', key, '-inf', stale)
-    redis.call('ZADD', key, unpack(g.args))
+    redis.call('ZADD', key, unpack(args))
     if g.d < MAX_DEPTH and redis.call('ZCARD', key) > w.cap then
       split(w, key, g.d, g.p)
     else
