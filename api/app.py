@@ -22,8 +22,8 @@ from api.hotboards import HotBoards
 from api.routes import add_routes, json
 from api.state import APP_STATE, ApiState
 from common.boards import BoardsConfig
-from common.keys import BoardKeys
 from common.settings import Settings
+from common.store.keys import BoardKeys
 
 _log = logging.getLogger(__name__)
 # Of the shutdown deadline (api/main.py), kept for what comes after the cleanup steps below:

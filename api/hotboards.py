@@ -27,10 +27,10 @@ from common.cache_records import Kind, Record, decode, partition_for
 from common.clients import kafka_consumer
 from common.errors import InfrastructureError
 from common.kafka_types import consume_available
-from common.keys import TOTAL_INSTANCE, BoardKeys
 from common.periods import expire_at_ms, parse_period
-from common.ranking import tie_mode
 from common.settings import Settings
+from common.store.encoding import tie_mode
+from common.store.keys import TOTAL_INSTANCE, BoardKeys
 
 _log = logging.getLogger(__name__)
 BATCH = 10_000

@@ -5,12 +5,8 @@ O(log n + k) slices) and the same object in a dict member -> key:
 
     sortable(score) | encoded member | terminator | seq
 
-`sortable` maps a double to 8 bytes whose byte order is the number order (complemented for desc
-boards, so the best member is always first). The encoded member is what Redis orders equal
-scores by: the 6 raw bytes of the tie prefix Redis keys carry as 12 hex digits (same order),
-then the member id. For desc boards it is inverted byte by byte and ends in 0xff, which is
-exactly Redis' reverse-lexicographic order (a member id never holds a NUL, so neither 0xff nor
-0x00 occurs inside it). The trailing seq never decides order.
+The first three parts are common/store/encoding.py's memory order (Redis' order, proved by
+tests/integration/test_store_order.py); the trailing seq never decides order.
 """
 
 from __future__ import annotations
@@ -20,64 +16,39 @@ from collections.abc import Iterable
 
 from sortedcontainers import SortedList
 
-from common.ranking import TieMode
+from common.store.encoding import (
+    SCORE_BYTES,
+    TieMode,
+    memory_body,
+    memory_member,
+    memory_member_id,
+    next_prefix,
+    sortable_score,
+    unsortable_score,
+)
 
-_DOUBLE = struct.Struct(">d")
 _U64 = struct.Struct(">Q")
-_SIGN = 1 << 63
-_MASK = (1 << 64) - 1
-_TIE_MAX = (1 << 48) - 1
-_INVERT = bytes(range(255, -1, -1))
-
-
-def _sortable(score: float, desc: bool) -> bytes:
-    # + 0.0 turns -0.0 into 0.0: Redis holds them equal, so must the byte order
-    bits = _U64.unpack(_DOUBLE.pack(score + 0.0))[0]
-    bits = (~bits & _MASK) if bits & _SIGN else bits | _SIGN
-    return _U64.pack(~bits & _MASK if desc else bits)
-
-
-def _unsortable(raw: bytes, desc: bool) -> float:
-    bits = _U64.unpack_from(raw)[0]
-    if desc:
-        bits = ~bits & _MASK
-    bits = bits & ~_SIGN if bits & _SIGN else ~bits & _MASK
-    value: float = _DOUBLE.unpack(_U64.pack(bits))[0]
-    return value
-
-
-def _next_prefix(prefix: bytes) -> bytes:
-    return _U64.pack(_U64.unpack(prefix)[0] + 1) if prefix != b"\xff" * 8 else b"\xff" * 9
 
 
 class HotWindow:
     """Members of one window instance, in the board's order (best first)."""
 
-    __slots__ = ("_desc", "_keys", "_list", "_mode", "_tie_len", "_tombs", "loading")
+    __slots__ = ("_desc", "_keys", "_list", "_mode", "_tombs", "loading")
 
     def __init__(self, desc: bool, mode: TieMode) -> None:
         self._desc = desc
         self._mode = mode
-        self._tie_len = 0 if mode is TieMode.NONE else 6
         self._keys: dict[str, bytes] = {}
         self._list: SortedList = SortedList()
         self._tombs: dict[str, int] = {}  # deleted member -> seq of the delete (rejects older states)
         self.loading = True  # while replaying: the dict only; the sorted list is built once at the end
 
     def _key(self, member: str, score: float, tie: int, seq: int) -> bytes:
-        if self._mode is TieMode.INV:
-            tie_bytes = _U64.pack(_TIE_MAX - tie)[2:]
-        elif self._mode is TieMode.FWD:
-            tie_bytes = _U64.pack(tie)[2:]
-        else:
-            tie_bytes = b""
-        encoded = tie_bytes + member.encode()  # what Redis orders equal scores by
-        body = encoded.translate(_INVERT) + b"\xff" if self._desc else encoded + b"\x00"
-        return _sortable(score, self._desc) + body + _U64.pack(seq)
+        body = memory_body(self._mode, self._desc, member, tie)
+        return sortable_score(score, self._desc) + body + _U64.pack(seq)
 
     def _member(self, key: bytes) -> str:
-        body = key[8:-9]
-        return (body.translate(_INVERT) if self._desc else body)[self._tie_len :].decode()
+        return memory_member_id(self._mode, self._desc, key[SCORE_BYTES:-9])
 
     @staticmethod
     def _seq(key: bytes) -> int:
@@ -88,13 +59,8 @@ class HotWindow:
         """member -> (score, tie ms, seq): the whole window, for inspection and tests."""
         out = {}
         for member, key in self._keys.items():
-            body = key[8:-9]
-            encoded = body.translate(_INVERT) if self._desc else body
-            tie = 0
-            if self._tie_len:
-                raw = _U64.unpack(b"\0\0" + encoded[:6])[0]
-                tie = _TIE_MAX - raw if self._mode is TieMode.INV else raw
-            out[member] = (_unsortable(key, self._desc), tie, self._seq(key))
+            _, tie = memory_member(self._mode, self._desc, key[SCORE_BYTES:-9])
+            out[member] = (unsortable_score(key, self._desc), tie, self._seq(key))
         return out
 
     def __len__(self) -> int:
@@ -141,7 +107,7 @@ class HotWindow:
             keys: Iterable[bytes] = reversed(self._list[max(n - stop, 0) : max(n - start, 0)])
         else:
             keys = self._list[start:stop]
-        return [(self._member(k), _unsortable(k, self._desc)) for k in keys]
+        return [(self._member(k), unsortable_score(k, self._desc)) for k in keys]
 
     def locate(self, member: str, reverse: bool) -> tuple[float, int, int] | None:
         """(score, position, members strictly better) in the view, or None."""
@@ -149,20 +115,20 @@ class HotWindow:
         if key is None:
             return None
         position = self._list.index(key)
-        score = _unsortable(key, self._desc)
+        score = unsortable_score(key, self._desc)
         better, _ = self.better_and_equal(score, reverse)
         return score, (len(self._list) - 1 - position if reverse else position), better
 
     def better_and_equal(self, score: float, reverse: bool) -> tuple[int, int]:
-        prefix = _sortable(score, self._desc)
+        prefix = sortable_score(score, self._desc)
         before = self._list.bisect_left(prefix)
-        through = self._list.bisect_left(_next_prefix(prefix))
+        through = self._list.bisect_left(next_prefix(prefix))
         equal = through - before
         return (len(self._list) - through, equal) if reverse else (before, equal)
 
     def count_between(self, low: float, high: float) -> int:
         if low > high:
             return 0
-        a, b = _sortable(low, self._desc), _sortable(high, self._desc)
+        a, b = sortable_score(low, self._desc), sortable_score(high, self._desc)
         first, last = (b, a) if self._desc else (a, b)
-        return int(self._list.bisect_left(_next_prefix(last)) - self._list.bisect_left(first))
+        return int(self._list.bisect_left(next_prefix(last)) - self._list.bisect_left(first))

@@ -12,9 +12,9 @@ from api.errors import ApiError
 from api.state import APP_STATE
 from common.boards import BoardType, Order, WindowKind, split_board
 from common.events import MAX_MEMBER_LEN, MIN_TS_MS, ts_ceiling
-from common.keys import TOTAL_INSTANCE, window_instance
 from common.periods import CALENDAR_KINDS, parse_period, period_at
 from common.ranking import Ties
+from common.store.keys import TOTAL_INSTANCE, window_instance
 
 MAX_LIMIT = 500
 MAX_AROUND = 100

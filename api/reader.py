@@ -5,42 +5,11 @@ the caller asks for the other `order`. Rank rules on top of them live in common/
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Protocol
 
+from common.store.reads import Counted, Entry, Located, Lookup, Page
 
-@dataclass(frozen=True, slots=True)
-class Entry:
-    member: str
-    score: float
-    meta: bytes | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Page:
-    total: int
-    seq: int
-    entries: list[Entry]
-
-
-@dataclass(frozen=True, slots=True)
-class Located:
-    entry: Entry
-    position: int  # 0-based, in the view
-    better: int  # members strictly better in the view
-
-
-@dataclass(frozen=True, slots=True)
-class Lookup:
-    total: int
-    seq: int
-    found: list[Located | None]  # in the order asked; None: not on the board
-
-
-@dataclass(frozen=True, slots=True)
-class Counted:
-    count: int
-    seq: int
+__all__ = ["BoardReader", "Counted", "Entry", "Located", "Lookup", "Page"]
 
 
 class BoardReader(Protocol):

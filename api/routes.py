@@ -14,7 +14,7 @@ from api.params import MAX_AROUND, MAX_LIMIT, Target, int_param, member_id, scor
 from api.reader import BoardReader
 from api.redis_reader import RedisBoardReader
 from api.state import APP_STATE
-from common.keys import BoardKeys
+from common.store.keys import BoardKeys
 
 # any segment reaches the handler, so a malformed id gets its own 400 rather than a route miss
 ROUTE_PREFIX = "/v1/boards/{board:[^/]+}"

@@ -1,62 +1,11 @@
-"""Ranking rules shared by the worker (through apply.lua) and the API.
-
-A board's zset score is the member's exact score. Equal scores are ordered by the time the
-member reached that score: that time is written as a fixed-width hex prefix of the zset
-member, so Redis' own bytewise ordering of equal-score members *is* the tie rule. Desc
-boards read with ZREVRANGE (equal scores: larger member first), asc boards with ZRANGE.
-
-Exact range: scores are IEEE doubles. Integer scores are exact for |score| <= 2**53 - 1:
-with both operands inside that range, an incr whose true result is inside it is computed
-exactly, and one whose true result is outside lands at >= 2**53 and is refused, so no
-score is ever rounded silently. Such events (and any event whose own score is outside the
-range) are dead-lettered as `score_out_of_range`. Non-integer scores are IEEE doubles with
-their usual rounding. Tie times are exact to the millisecond up to 9999-12-31.
-"""
+"""Ranking rules shared by every reader (Redis and memory): how positions become ranks.
+How Redis and memory order members, and the exact range of scores: common/store/encoding.py."""
 
 from __future__ import annotations
 
 from enum import StrEnum
 
-from common.boards import BoardType, Order, TieBreak
-
-TIE_WIDTH = 12  # hex digits: 48 bits of milliseconds, beyond year 9999
-_TIE_MAX = (1 << (4 * TIE_WIDTH)) - 1
-
-
-class TieMode(StrEnum):
-    """How apply.lua prefixes members: `inv` = earlier sorts later bytewise, `fwd` = earlier sorts first."""
-
-    INV = "inv"
-    FWD = "fwd"
-    NONE = "none"
-
-
-def tie_mode(board_type: BoardType) -> TieMode:
-    if board_type.tie_break is TieBreak.NONE:
-        return TieMode.NONE
-    earlier_first = board_type.tie_break is TieBreak.FIRST
-    # desc reads in reverse byte order, so "earlier first" needs earlier times to sort *later*
-    if (board_type.order is Order.DESC) == earlier_first:
-        return TieMode.INV
-    return TieMode.FWD
-
-
-def encode_member(mode: TieMode, tie_ms: int, member: str) -> str:
-    if mode is TieMode.NONE:
-        return member
-    value = _TIE_MAX - tie_ms if mode is TieMode.INV else tie_ms
-    return f"{value:0{TIE_WIDTH}x}{member}"
-
-
-def decode_member(mode: TieMode, encoded: str) -> str:
-    return encoded if mode is TieMode.NONE else encoded[TIE_WIDTH:]
-
-
-def format_score(score: float) -> str:
-    """The one text form of a score: integers without a fraction, others round-trip exact."""
-    if score.is_integer() and abs(score) <= 2**53:
-        return str(int(score))
-    return repr(score)
+from common.boards import TieBreak
 
 
 class Ties(StrEnum):

@@ -21,8 +21,9 @@ from confluent_kafka.admin import AdminClient
 
 from common.clients import redis_client
 from common.errors import ConfigError
-from common.keys import partition_sources
 from common.settings import Settings
+from common.store.advance import raise_applied
+from common.store.keys import partition_sources
 from worker.sources import (
     ACCEPTED,
     EPOCH,
@@ -30,7 +31,6 @@ from worker.sources import (
     describe_topic,
     group_commits,
     new_epoch,
-    raise_applied,
     replay_field,
     stored_position,
     text,

@@ -22,7 +22,8 @@ from hypothesis.control import currently_in_test_context
 from common.boards import parse_boards
 from common.events import UpdateEvent, parse_message, ts_ceiling
 from common.idwindow import fingerprint
-from worker.apply import Applier, MemberState, Outcome, Position, Source, Status
+from common.store.encoding import MemberState, Status
+from worker.apply import Applier, Outcome, Position, Source
 
 # --- the contract's numbers, written out (and checked against the product's constants) ---------
 

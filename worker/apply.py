@@ -8,8 +8,6 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from enum import IntEnum
-from typing import Any
 
 import redis
 
@@ -17,26 +15,15 @@ from common.boards import BoardsConfig, BoardType, WindowKind
 from common.errors import InfrastructureError
 from common.events import Op, UpdateEvent
 from common.idwindow import LISTPACK_CAP, fingerprint
-from common.keys import TOTAL_INSTANCE, BoardKeys, window_instance
 from common.periods import CALENDAR_KINDS, PeriodCache, expire_at_ms
-from common.ranking import format_score, tie_mode
-from common.scripts import Call, load_script
+from common.store.apply import ApplyEvent, ApplyReply, ApplyRequest, ApplyScript, FenceSource, ForeignEpoch
+from common.store.encoding import MemberState, Status, tie_mode
+from common.store.keys import TOTAL_INSTANCE, BoardKeys, window_instance
 from worker.faults import is_infrastructure
 
-# apply.lua's ARGV layout (its header comment): header fields, then per source, then per instance
-# an expire-at, then per event (one more, the event id, while adopting the previous release)
-ARGV_HEADER, ARGV_PER_SOURCE, ARGV_PER_EVENT = 11, 3, 9
 _log = logging.getLogger(__name__)
 MAX_EVENTS_PER_CALL = 500  # bounds the time one script blocks Redis
 MAX_INSTANCES_PER_CALL = 48  # the window mask is a Lua double: 53 exact bits
-
-
-class Status(IntEnum):
-    DUPLICATE = 0  # the id was applied less than the id window ago (a producer retry)
-    APPLIED = 1
-    OUT_OF_RANGE = 2  # rejected by the script (also when redelivered: the fence remembers)
-    REDELIVERED = 3  # at or before the board's fence for its source: already handled
-    FAILED = 4  # redelivered, and its processing raised on its first delivery (dead-letter it again)
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,12 +63,6 @@ class EpochMismatch(InfrastructureError):
     def __init__(self, board: str, found: str, expected: str) -> None:
         super().__init__(f"board {board} was written in epoch {found}, Redis' epoch is {expected}")
         self.board = board
-
-
-@dataclass(frozen=True, slots=True)
-class MemberState:
-    score: float
-    tie_ms: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,14 +139,6 @@ class _Chunk:
         return number * 1000 + (0 if position.index is None else position.index + 1)
 
 
-def parse_state(raw: bytes | str) -> MemberState | None:
-    text = raw.decode() if isinstance(raw, bytes) else raw
-    if not text:
-        return None
-    score, tie = text.split("|")
-    return MemberState(float(score), int(tie))
-
-
 class Applier:
     """Turns events into apply.lua calls. `now_ms` decides which periods are closed."""
 
@@ -190,7 +163,7 @@ class Applier:
         self.listpack_cap = LISTPACK_CAP
         self._periods = PeriodCache(boards.timezone)
         self._slot_cache: dict[str, _Slots] = {}
-        self._script = load_script("apply")
+        self._script = ApplyScript()
 
     def _slots(self, board_type: BoardType, ts: int) -> _Slots:
         """The instances an event of `board_type` at `ts` counts in. Consecutive events share
@@ -248,35 +221,42 @@ class Applier:
             chunk.add(event, ts, pairs, late, position)
         return chunks
 
-    def _call(self, chunk: _Chunk, want_state: bool) -> Call:
+    def _request(self, chunk: _Chunk, want_state: bool) -> ApplyRequest:
         keys = BoardKeys(self._prefix, chunk.board)
         board_type = chunk.board_type
-        key_list: list[str] = [keys.seq, keys.meta, keys.fence, keys.id_window]
-        for name in chunk.instances:
-            key_list += [keys.rank(name), keys.overflow(name), keys.state(name)]
         legacy = self.legacy_ttl_ms > 0
-        args: list[str | int | bytes] = [len(chunk.instances), len(chunk.events), tie_mode(board_type).value]
-        args += ["1" if board_type.order.value == "desc" else "0", board_type.max_members or 0]
-        args += [
-            "1" if want_state else "0",
-            self.epoch,
-            self._window_s,
-            self.listpack_cap,
-            self.legacy_ttl_ms,
-        ]
-        args.append(len(chunk.sources))
-        assert len(args) == ARGV_HEADER
-        for _, source in chunk.sources.values():
-            args += [source.field, source.topic_id, source.low_water]
-        args += [expire for _, expire in chunk.instances.values()]
+        events = []
         for entry in chunk.events:
             event, position = entry.event, entry.position
-            meta = event.meta.decode() if event.meta is not None else ""
-            args += [event.op.value, event.member, format_score(event.score), entry.ts, meta, entry.mask]
-            args += [0 if position is None else position.offset, chunk.where(position), fingerprint(event.id)]
-            if legacy:
-                args.append(keys.legacy_id(event.id))
-        return Call(key_list, args, [entry.event.id for entry in chunk.events])
+            events.append(
+                ApplyEvent(
+                    op=event.op.value,
+                    member=event.member,
+                    score=event.score,
+                    tie_ms=entry.ts,
+                    meta=event.meta.decode() if event.meta is not None else "",
+                    mask=entry.mask,
+                    offset=0 if position is None else position.offset,
+                    where=chunk.where(position),
+                    fingerprint=fingerprint(event.id),
+                    legacy_key=keys.legacy_id(event.id) if legacy else "",
+                )
+            )
+        return ApplyRequest(
+            keys=keys,
+            instances=[(name, expire) for name, (_, expire) in chunk.instances.items()],
+            mode=tie_mode(board_type),
+            desc=board_type.order.value == "desc",
+            max_members=board_type.max_members or 0,
+            want_state=want_state,
+            epoch=self.epoch,
+            id_window_s=self._window_s,
+            listpack_cap=self.listpack_cap,
+            legacy_ttl_ms=self.legacy_ttl_ms,
+            sources=[FenceSource(s.field, s.topic_id, s.low_water) for _, s in chunk.sources.values()],
+            events=events,
+            ids=[entry.event.id for entry in chunk.events],
+        )
 
     def apply(
         self, events: Sequence[tuple[UpdateEvent, int]], positions: Sequence[Position | None] | None = None
@@ -300,8 +280,8 @@ class Applier:
             positions = [None] * len(events)
         for round_ in _rounds(self._chunks(events, positions, failures)):
             wants = [bool(self._boards.hot_windows(chunk.board)) for chunk in round_]
-            calls = [self._call(c, w) for c, w in zip(round_, wants, strict=True)]
-            results = self._script.run_many(self._client, calls, raise_on_error=False)
+            requests = [self._request(c, w) for c, w in zip(round_, wants, strict=True)]
+            results = self._script.run_many(self._client, requests)
             for chunk, want, reply in zip(round_, wants, results, strict=True):
                 try:
                     outcomes += _decode(chunk, want, reply, self.epoch)
@@ -320,9 +300,7 @@ class Applier:
             pairs = [(n, chunk.instances[n][1]) for n in entry.names]
             single.add(entry.event, entry.ts, pairs, entry.late, entry.position)
             try:
-                (reply,) = self._script.run_many(
-                    self._client, [self._call(single, want)], raise_on_error=False
-                )
+                (reply,) = self._script.run_many(self._client, [self._request(single, want)])
                 outcomes += _decode(single, want, reply, self.epoch)
             except Exception as exc:
                 if is_infrastructure(exc):
@@ -348,7 +326,7 @@ class Applier:
         marker = _Chunk(chunk.board, chunk.board_type)
         failed = replace(entry.event, op=Op.FAILED_MARKER, member=error_class, meta=None)
         marker.add(failed, entry.ts, [], entry.late, entry.position)
-        (reply,) = self._script.run_many(self._client, [self._call(marker, False)], raise_on_error=False)
+        (reply,) = self._script.run_many(self._client, [self._request(marker, False)])
         _decode(marker, False, reply, self.epoch)  # raises what the call raised
 
 
@@ -366,29 +344,19 @@ def _rounds(chunks: list[_Chunk]) -> list[list[_Chunk]]:
     return rounds
 
 
-def _decode(chunk: _Chunk, want: bool, reply: list[Any] | Exception, epoch: str) -> list[Outcome]:
+def _decode(chunk: _Chunk, want: bool, reply: ApplyReply | Exception, epoch: str) -> list[Outcome]:
     """The outcomes of one call; the call's error reply, if it failed, is raised here."""
     if isinstance(reply, Exception):
         raise reply
-    if reply and int(reply[0]) == -1:
-        found = reply[1].decode() if isinstance(reply[1], bytes) else str(reply[1])
-        raise EpochMismatch(chunk.board, found, epoch)
+    if isinstance(reply, ForeignEpoch):
+        raise EpochMismatch(chunk.board, reply.found, epoch)
     outcomes: list[Outcome] = []
-    pos = 0
-    for entry in chunk.events:
-        status, seq = Status(int(reply[pos])), int(reply[pos + 1])
-        pos += 2
-        failed_as = None
-        if status is Status.FAILED:
-            failed_as = reply[pos].decode() if isinstance(reply[pos], bytes) else str(reply[pos])
-            pos += 1
+    for entry, got in zip(chunk.events, reply, strict=True):
         states: dict[str, MemberState | None] = {}
-        meta: bytes | None = None
         if want:
-            for name in sorted(entry.names, key=lambda n: chunk.instances[n][0]):
-                states[name] = parse_state(reply[pos])
-                pos += 1
-            meta = reply[pos] or None
-            pos += 1
-        outcomes.append(Outcome(entry.event, status, seq, states, entry.late, meta, failed_as))
+            names = sorted(entry.names, key=lambda n: chunk.instances[n][0])
+            states = dict(zip(names, got.states, strict=True))
+        outcomes.append(
+            Outcome(entry.event, got.status, got.seq, states, entry.late, got.meta, got.failed_as)
+        )
     return outcomes

@@ -8,19 +8,17 @@ scan is published live with a higher seq, and replay keeps the higher seq, whate
 from __future__ import annotations
 
 import logging
-from typing import cast
 
 import redis
 
 from common.boards import BoardsConfig, WindowKind
 from common.cache_records import marker_record, state_record
-from common.keys import TOTAL_INSTANCE, BoardKeys
-from worker.apply import parse_state
+from common.store import scan
+from common.store.keys import BoardKeys
 from worker.publisher import CachePublisher
 
 _log = logging.getLogger(__name__)
 LOCK_MS = 600_000
-SCAN_COUNT = 2_000
 
 
 def _instances(client: redis.Redis, keys: BoardKeys, windows: tuple[str, ...], boards: BoardsConfig,
@@ -29,13 +27,7 @@ def _instances(client: redis.Redis, keys: BoardKeys, windows: tuple[str, ...], b
     assert board_type is not None
     out: list[str] = []
     for name in windows:
-        if board_type.window(name).kind is WindowKind.TOTAL:
-            out.append(TOTAL_INSTANCE)
-            continue
-        prefix_len = len(keys.state(""))
-        for raw in client.scan_iter(match=keys.state_pattern(name), count=SCAN_COUNT):
-            text = raw.decode() if isinstance(raw, bytes) else raw
-            out.append(text[prefix_len:])
+        out += scan.instances(client, keys, name, board_type.window(name).kind is WindowKind.TOTAL)
     return out
 
 
@@ -58,31 +50,19 @@ def backfill_board(
         seq0 = int(client.get(keys.seq) or 0)
         published = 0
         for instance in _instances(client, keys, boards.hot_windows(board), boards, board.split(":", 1)[0]):
-            cursor = 0
-            while True:
-                cursor, page = client.hscan(keys.state(instance), cursor, count=SCAN_COUNT)
-                rows = cast(dict[bytes, bytes], page)  # a client without decode_responses
-                members = list(rows)
-                metas = client.hmget(keys.meta, members) if members else []
-                for member_raw, meta in zip(members, metas, strict=True):
-                    state = parse_state(rows[member_raw])
-                    if state is None:
-                        continue
-                    member = member_raw.decode() if isinstance(member_raw, bytes) else str(member_raw)
-                    meta_bytes = meta.encode() if isinstance(meta, str) else meta
+            for page in scan.state_pages(client, keys, instance):
+                for row in page:
                     record = state_record(
                         board,
                         instance,
-                        member,
-                        score=state.score,
-                        tie_ms=state.tie_ms,
+                        row.member,
+                        score=row.state.score,
+                        tie_ms=row.state.tie_ms,
                         seq=seq0,
-                        meta=meta_bytes,
+                        meta=row.meta,
                     )
                     publisher.produce(board, *record)
                     published += 1
-                if cursor == 0:
-                    break
         publisher.produce(board, *marker_record(board, seq0))
         publisher.flush(timeout)
         client.set(keys.hot_ready, str(seq0))

@@ -33,7 +33,8 @@ from common.deadline import Deadline
 from common.errors import BadEvent
 from common.events import MIN_TS_MS, Reason, UpdateEvent, parse_message, ts_ceiling, ts_out_of_range
 from common.kafka_types import MessageLike, consume_available
-from worker.apply import Applier, EarlierFailure, EpochMismatch, Outcome, Position, Status
+from common.store.encoding import Status
+from worker.apply import Applier, EarlierFailure, EpochMismatch, Outcome, Position
 from worker.dlq import DeadLetters
 from worker.faults import is_infrastructure
 from worker.fencing import PredecessorFence

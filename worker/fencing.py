@@ -19,8 +19,8 @@ import logging
 import redis
 from confluent_kafka import KafkaException, Producer, TopicPartition
 
-from common.keys import partition_owners
 from common.settings import Settings
+from common.store.keys import partition_owners
 
 _log = logging.getLogger(__name__)
 FENCE_TIMEOUT_S = 10.0

@@ -15,8 +15,9 @@ import redis
 
 from common.boards import BoardsConfig
 from common.cache_records import deleted_record, marker_record, partition_for, state_record
-from common.keys import TOTAL_INSTANCE, BoardKeys
-from worker.apply import MemberState, Outcome, Status
+from common.store.encoding import MemberState, Status
+from common.store.keys import TOTAL_INSTANCE, BoardKeys
+from worker.apply import Outcome
 from worker.dlq import Sink
 
 _log = logging.getLogger(__name__)

@@ -1,10 +1,10 @@
 """Redis loss never goes unnoticed (CONTRACT 4): what Redis holds is checked against what Kafka's
 committed offsets say was applied, before every batch.
 
-Redis keeps, per consumer group and topic, one hash (`common/keys.py` partition_sources): the
+Redis keeps, per consumer group and topic, one hash (`common/store/keys.py` partition_sources): the
 *epoch* of its data set (a random name given when a deployment starts on an empty Redis) and, per
 partition, the topic id and the last offset whose batch was applied (raised after the batch's
-scripts, before its offsets are committed, never lowered: common/lua/advance.lua). Every offset
+scripts, before its offsets are committed, never lowered: common/store/advance.py). Every offset
 commit carries the epoch as its Kafka metadata. So before a batch of partition P (committed
 offset C, metadata M), on the apply thread (every call here may block; that thread is the one
 the shutdown deadline may abandon):
@@ -36,8 +36,8 @@ from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicC
 from confluent_kafka.admin import AdminClient
 
 from common.errors import InfrastructureError
-from common.keys import partition_sources
-from common.scripts import load_script
+from common.store.advance import raise_applied
+from common.store.keys import partition_sources
 from worker.apply import Applier, Source
 
 _log = logging.getLogger(__name__)
@@ -52,15 +52,6 @@ def replay_field(partition: int) -> str:
     """Where `rankstream recover` notes "<topic id>|<offset>": the partition's commit before the
     rewind (what lies below it was dead-lettered already)."""
     return f"{partition}!replay"
-
-
-def raise_applied(client: redis.Redis, key: str, topic_id: str, last: dict[int, int]) -> None:
-    """common/lua/advance.lua: the partitions' records become at least `last` (never lowered)."""
-    if last:
-        args: list[str | int] = [topic_id]
-        for partition, offset in sorted(last.items()):
-            args += [partition, offset]
-        load_script("advance").run(client, [key], args)
 
 
 def new_epoch() -> str:

@@ -26,8 +26,8 @@ from aiohttp.test_utils import TestClient, TestServer
 from api.app import create_app
 from common.boards import load_boards
 from common.events import Op, UpdateEvent
-from common.scripts import load_script
 from common.settings import Settings
+from common.store.reads import TOP
 from rankstream.stack import free_port
 from rankstream.topics import ensure_topics
 from tests.helpers import backfill, http_status, wait_for
@@ -219,7 +219,7 @@ def test_top_cache_single_flight_ttl_and_bypass(make_settings, rclient):
         calls: dict[str, int] = {}
         # loaded beforehand: in a fresh Redis the first EVALSHA is refused (NOSCRIPT) and resent,
         # which Redis counts as two calls
-        rclient.script_load(load_script("top").source)
+        rclient.script_load(TOP.source)
         before = evalsha_calls(rclient)
         bodies = await asyncio.gather(*(http.get(url) for _ in range(50)))
         assert all(r.status == 200 for r in bodies)

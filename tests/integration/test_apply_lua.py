@@ -9,10 +9,10 @@ import pytest
 
 from common.boards import parse_boards
 from common.events import Op, UpdateEvent
-from common.keys import BoardKeys
-from common.ranking import decode_member, tie_mode
-from common.scripts import load_script
-from worker.apply import Applier, MemberState, Status
+from common.store.apply import ApplyScript
+from common.store.encoding import MemberState, Status, decode_member, tie_mode
+from common.store.keys import BoardKeys
+from worker.apply import Applier
 
 pytestmark = pytest.mark.integration
 
@@ -163,7 +163,7 @@ def test_period_keys_expire_and_late_events_skip_closed_periods(applier, rclient
 def test_noscript_fallback_after_script_flush(applier, rclient, settings):
     rclient.script_flush()
     assert applier.apply([(ev("desc_first:ns", "m", 1), NOW)])[0].status is Status.APPLIED
-    assert rclient.script_exists(load_script("apply").sha) == [True]
+    assert rclient.script_exists(ApplyScript().lua.sha) == [True]
 
 
 def test_max_members_lowered_on_a_big_board_moves_the_excess_in_one_call(settings, rclient):

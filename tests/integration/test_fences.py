@@ -13,9 +13,10 @@ from hypothesis import strategies as st
 from common.boards import parse_boards
 from common.events import Op, UpdateEvent
 from common.idwindow import fingerprint
-from common.keys import BoardKeys
-from worker.apply import Applier, EpochMismatch, Position, Source, Status
-from worker.sources import raise_applied
+from common.store.advance import raise_applied
+from common.store.encoding import Status
+from common.store.keys import BoardKeys
+from worker.apply import Applier, EpochMismatch, Position, Source
 
 pytestmark = pytest.mark.integration
 

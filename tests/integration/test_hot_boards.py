@@ -22,9 +22,9 @@ from api.hotboards import HotBoard
 from api.state import APP_STATE
 from common.boards import load_boards
 from common.cache_records import partition_for, state_record
-from common.keys import BoardKeys
-from common.ranking import TIE_WIDTH
 from common.settings import Settings
+from common.store.encoding import TIE_WIDTH
+from common.store.keys import BoardKeys
 from rankstream.topics import ensure_topics
 from tests.helpers import applied_so_far, produce, running_worker, wait_for
 from tests.oracle import ORACLE_BOARDS, Message, Model, generate, now_ms

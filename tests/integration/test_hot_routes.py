@@ -16,7 +16,7 @@ from api.hotboards import HotBoards
 from api.hotwindow import HotWindow
 from common.boards import load_boards
 from common.events import Op, UpdateEvent
-from common.ranking import TieMode
+from common.store.encoding import TieMode
 from rankstream.topics import ensure_topics
 from tests.helpers import backfill
 from worker.apply import Applier

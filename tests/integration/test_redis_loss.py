@@ -27,8 +27,8 @@ from confluent_kafka import ConsumerGroupTopicPartitions, Producer
 from confluent_kafka.admin import AdminClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from common.keys import partition_sources
 from common.settings import Settings
+from common.store.keys import partition_sources
 from rankstream.recover import accept_redis, recover
 from rankstream.stack import LocalRedis, free_port
 from tests.helpers import applied_so_far, check_dlq, running_worker, wait_for, worker_env

@@ -16,8 +16,8 @@ from pathlib import Path
 import redis
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from common.keys import partition_sources
 from common.settings import Settings
+from common.store.keys import partition_sources
 from rankstream.stack import free_port
 from tests.helpers import applied_so_far, check_dlq, http_status, wait_for, worker_env
 from tests.integration.test_worker_oracle import total_applied, worker_process

@@ -18,6 +18,8 @@ from confluent_kafka import Producer
 
 from common.events import MIN_TS_MS
 from common.settings import Settings
+from common.store import apply as store_apply
+from common.store.scripts import ArgT
 from rankstream.topics import ensure_topics
 from tests.helpers import applied_so_far, check_dlq, header_map, produce, read_all, running_worker, wait_for
 from tests.oracle import (
@@ -30,7 +32,7 @@ from tests.oracle import (
     now_ms,
     run_model,
 )
-from worker.apply import ARGV_HEADER, ARGV_PER_EVENT, ARGV_PER_SOURCE, Applier
+from worker.apply import Applier
 from worker.dlq import (
     HEADER_ERROR_CLASS,
     HEADER_ERROR_TEXT,
@@ -66,19 +68,15 @@ class Poison:
 @pytest.fixture
 def poisoned(monkeypatch) -> Poison:
     poison = Poison()
-    real_call, real_slots = Applier._call, Applier._slots
+    real_args, real_slots = store_apply._event_args, Applier._slots
 
-    def corrupt_call(self: Applier, chunk: Any, want_state: bool) -> Any:
-        call = real_call(self, chunk, want_state)
-        args = list(call.args)
-        base = ARGV_HEADER + ARGV_PER_SOURCE * len(chunk.sources) + len(chunk.instances)
-        for e, entry in enumerate(chunk.events):
-            if entry.event.member.startswith("poison"):
-                args[base + e * ARGV_PER_EVENT + 2] = (
-                    "not-a-number"  # the score: apply.lua's arithmetic raises
-                )
-                poison.lua += 1
-        return type(call)(call.keys, args, call.ids)
+    def corrupt_args(ev: store_apply.ApplyEvent) -> tuple[ArgT, ...]:
+        args = real_args(ev)
+        if not ev.member.startswith("poison"):
+            return args
+        poison.lua += 1
+        score = store_apply.EV.index("SCORE")
+        return (*args[:score], "not-a-number", *args[score + 1 :])  # apply.lua's arithmetic raises
 
     def failing_slots(self: Applier, board_type: Any, ts: int) -> Any:
         if ts == poison.magic_ts:
@@ -86,7 +84,7 @@ def poisoned(monkeypatch) -> Poison:
             raise OverflowError("date value out of range (injected)")
         return real_slots(self, board_type, ts)
 
-    monkeypatch.setattr(Applier, "_call", corrupt_call)
+    monkeypatch.setattr(store_apply, "_event_args", corrupt_args)
     monkeypatch.setattr(Applier, "_slots", failing_slots)
     return poison
 

@@ -14,8 +14,9 @@ import redis
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from common.periods import Period, PeriodCache
-from common.scripts import Call
-from worker.apply import ARGV_HEADER, ARGV_PER_EVENT, ARGV_PER_SOURCE, Applier
+from common.store.apply import ApplyReply, ApplyRequest, ApplyScript
+from common.store.encoding import format_score
+from worker.apply import Applier
 
 TIMESTAMP_NOT_AVAILABLE = 0
 TIMESTAMP_CREATE_TIME = 1
@@ -294,7 +295,7 @@ class SinkStub:
 
 @dataclass(frozen=True)
 class SentEvent:
-    """One event as apply.lua receives it (decoded from KEYS/ARGV)."""
+    """One event as apply.lua receives it (from the typed request)."""
 
     id: str
     op: str
@@ -318,40 +319,26 @@ class SentCall:
         return [e.id for e in self.events]
 
 
-def decode_call(call: Call) -> SentCall:
-    """KEYS: seq, meta, fence, id window, then (rank, overflow, state) per instance.
-    ARGV: 11 header fields (W, E, ..., want state at 6, S at 11), S sources x 3, W expire-ats,
-    9 per event (10 while adopting); the event ids ride along in `call.ids`."""
-    keys = [k.decode() if isinstance(k, bytes) else k for k in call.keys]
-    args = list(call.args)
-    instances_n, events_n, sources_n = int(args[0]), int(args[1]), int(args[10])
-    per_event = ARGV_PER_EVENT + (1 if str(args[9]) != "0" else 0)
-    board = keys[0][keys[0].index("{") + 1 : keys[0].rindex("}")]
-    assert keys[0].endswith(":seq") and keys[1].endswith(":meta") and keys[2].endswith(":fence")
-    instances = tuple(keys[4 + 3 * i].split(":z:", 1)[1] for i in range(instances_n))
-    assert len(keys) == 4 + 3 * instances_n
-    assert len(call.ids) == events_n
-    base = ARGV_HEADER + ARGV_PER_SOURCE * sources_n
-    expires = tuple(int(a) for a in args[base : base + instances_n])
-    base += instances_n
-    assert len(args) == base + per_event * events_n
+def decode_call(req: ApplyRequest) -> SentCall:
+    """What one typed apply.lua request carries, checked for consistency."""
+    board = req.keys.board
+    instances = tuple(name for name, _ in req.instances)
+    assert len(req.ids) == len(req.events)
     events: list[SentEvent] = []
-    for e in range(events_n):
-        op, member, score, ts, meta, mask = args[base + per_event * e : base + per_event * e + 6]
-        mask_int = int(mask)
-        assert mask_int < 2**instances_n, "mask names an instance the call does not carry"
+    for event_id, ev in zip(req.ids, req.events, strict=True):
+        assert ev.mask < 2 ** len(instances), "mask names an instance the call does not carry"
         events.append(
             SentEvent(
-                id=call.ids[e],
-                op=str(op),
-                member=str(member),
-                score=str(score),
-                ts=int(ts),
-                meta=str(meta),
-                instances=tuple(name for i, name in enumerate(instances) if mask_int >> i & 1),
+                id=event_id,
+                op=ev.op,
+                member=ev.member,
+                score=format_score(ev.score),
+                ts=ev.tie_ms,
+                meta=ev.meta,
+                instances=tuple(name for i, name in enumerate(instances) if ev.mask >> i & 1),
             )
         )
-    return SentCall(board, instances, expires, args[5] == "1", tuple(events))
+    return SentCall(board, instances, tuple(e for _, e in req.instances), req.want_state, tuple(events))
 
 
 Failer = Callable[[SentCall], Exception | None]
@@ -388,8 +375,7 @@ class ScriptStub:
     _seen: set[tuple[str, str]] = field(default_factory=set)
     _scores: dict[tuple[str, str, str], float] = field(default_factory=dict)
 
-    def run_many(self, client: Any, calls: Sequence[Call], raise_on_error: bool = True) -> list[Any]:
-        assert raise_on_error is False, "the worker takes errors per call"
+    def run_many(self, client: Any, calls: Sequence[ApplyRequest]) -> list[ApplyReply | Exception]:
         self.entered.set()
         if self.block is not None:
             self.block.wait()
@@ -399,10 +385,10 @@ class ScriptStub:
         self.round_trips.append(sent)
         if self.raise_next:
             raise self.raise_next.pop(0)
-        results: list[Any] = []
-        for call in sent:
+        results: list[ApplyReply | Exception] = []
+        for req, call in zip(calls, sent, strict=True):
             error = self.failer(call) if self.failer is not None else None
-            results.append(error if error is not None else self._apply(call))
+            results.append(error if error is not None else ApplyScript.decode(req, self._apply(call)))
         return results
 
     @property
@@ -443,7 +429,7 @@ class ScriptStub:
 
 
 def install_script(applier: Applier, script: ScriptStub) -> None:
-    """The applier calls `self._script.run_many(self._client, calls, raise_on_error=False)`."""
+    """The applier calls `self._script.run_many(self._client, requests)`."""
     object.__setattr__(applier, "_script", script)
 
 

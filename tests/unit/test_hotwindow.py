@@ -8,7 +8,7 @@ import random
 import pytest
 
 from api.hotwindow import HotWindow
-from common.ranking import TieMode, encode_member
+from common.store.encoding import TieMode, encode_member
 
 
 def redis_order(rows: dict[str, tuple[float, int]], desc: bool, mode: TieMode) -> list[str]:

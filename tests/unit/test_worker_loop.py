@@ -28,8 +28,9 @@ from common.boards import WindowKind, parse_boards
 from common.deadline import Deadline
 from common.errors import BadEvent, InfrastructureError
 from common.events import MIN_TS_MS, Op, Reason, UpdateEvent, parse_message
-from common.keys import TOTAL_INSTANCE
 from common.periods import period_at
+from common.store.encoding import MemberState, Status
+from common.store.keys import TOTAL_INSTANCE
 from tests.unit.stubs import (
     TIMESTAMP_CREATE_TIME,
     TIMESTAMP_LOG_APPEND_TIME,
@@ -48,14 +49,7 @@ from tests.unit.stubs import (
     kafka_exception,
     unused_redis,
 )
-from worker.apply import (
-    MAX_EVENTS_PER_CALL,
-    MAX_INSTANCES_PER_CALL,
-    Applier,
-    MemberState,
-    Outcome,
-    Status,
-)
+from worker.apply import MAX_EVENTS_PER_CALL, MAX_INSTANCES_PER_CALL, Applier, Outcome
 from worker.consumer import WorkerLoop
 from worker.dlq import (
     HEADER_ERROR_CLASS,

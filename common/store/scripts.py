@@ -1,5 +1,9 @@
-"""Lua scripts as files under common/lua/, called by SHA with a fallback for NOSCRIPT
-(a Redis restart or failover forgets loaded scripts). Nothing else in the code sees EVAL."""
+"""Lua scripts as files under common/store/lua/, called by SHA with a fallback for NOSCRIPT
+(a Redis restart or failover forgets loaded scripts). Only the wrappers of this package see EVAL.
+
+Each script starts with a generated prelude: `C`, the constants it shares with Python (the
+exact score bound, the tie prefix, apply.lua's statuses: common/store/encoding.py), and `H`, the
+positions of the KEYS and ARGV fields as its wrapper sends them, so no number is written twice."""
 
 from __future__ import annotations
 
@@ -13,6 +17,8 @@ from typing import Any
 import redis
 import redis.asyncio as aioredis
 from redis.exceptions import NoScriptError
+
+from common.store.encoding import EXACT_MAX, TIE_MAX, TIE_WIDTH, Status
 
 KeyT = str | bytes
 ArgT = str | bytes | int | float
@@ -71,16 +77,29 @@ class LuaScript:
 
 
 INCLUDE = "--! include "
+Layouts = tuple[tuple[str, tuple[str, ...]], ...]
+
+
+def _prelude(layouts: Layouts) -> str:
+    statuses = ", ".join(f"{s.name} = {s.value}" for s in Status)
+    shared = f"EXACT = {EXACT_MAX}, TIE_MAX = {TIE_MAX}, TIE_WIDTH = {TIE_WIDTH}"
+    lines = [f"local C = {{{shared}, ST = {{{statuses}}}}}"]
+    for table, names in layouts:
+        fields = ", ".join(f"{n} = {i}" for i, n in enumerate(names, 1))
+        lines.append(f"local {table} = {{{fields}, _N = {len(names)}}}")
+    return "\n".join(lines) + "\n"
 
 
 def _read(name: str) -> str:
-    return resources.files("common").joinpath("lua", f"{name}.lua").read_text(encoding="utf-8")
+    return resources.files("common.store").joinpath("lua", f"{name}.lua").read_text(encoding="utf-8")
 
 
 @cache
-def load_script(name: str) -> LuaScript:
-    """common/lua/<name>.lua, with the files its `--! include <lib>` lines name prepended (Redis
-    runs one source per script: the libraries are concatenated ahead of it)."""
+def load_script(name: str, layouts: Layouts = ()) -> LuaScript:
+    """common/store/lua/<name>.lua after the prelude, with the files its `--! include <lib>`
+    lines name in between (Redis runs one source per script: the libraries are concatenated
+    ahead of it). `layouts`: (Lua table, field names) pairs, e.g. ("H", ("W", "E")) becomes
+    `local H = {W = 1, E = 2, _N = 2}`: where the wrapper puts each field, and how many."""
     source = _read(name)
     libs = [line[len(INCLUDE) :].strip() for line in source.splitlines() if line.startswith(INCLUDE)]
-    return LuaScript(name, "".join(_read(lib) + "\n" for lib in libs) + source)
+    return LuaScript(name, _prelude(layouts) + "".join(_read(lib) + "\n" for lib in libs) + source)

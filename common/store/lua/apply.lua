@@ -1,13 +1,15 @@
 -- apply.lua: apply a batch of update events of ONE board, atomically and exactly once.
+--! include encoding
 --! include idwindow
 --
--- KEYS: [1] board seq, [2] board meta hash, [3] board fence hash, [4] id window directory,
---       then per window instance i = 1..W: rank zset, overflow zset, state hash (KEYS[2+3i..4+3i]).
--- ARGV: header (see H below), then S sources x 3 (fence field, topic id, low water), then W
---       expire-at ms (0 = never), then per event F fields: op, member, score, tie ms, meta
+-- KEYS (positions in KEY and INST, from common/store/apply.py): board seq, board meta hash,
+--       board fence hash, id window directory,
+--       then per window instance i = 1..W: rank zset, overflow zset, state hash (ikey below).
+-- ARGV (positions in H, SRC and EV): header, then S sources (fence field, topic id, low water),
+--       then W expire-at ms (0 = never), then per event F fields: op, member, score, tie ms, meta
 --       ('' = none), window mask (bit i-1 set = the event counts in instance i), offset, where
 --       (source number * 1000 + array index + 1; 0 = no source), id fingerprint, and while
---       adopting a previous release's board the key of its record of the id (common/keys.py).
+--       adopting a previous release's board the key of its record of the id (common/store/keys.py).
 -- Returns, per event: status (ST below; worker/apply.py Status), board seq, for FAILED the error
 -- class its first delivery raised (op 'x' records that), and when "want state"
 -- (hot boards): per instance in its mask, "<score>|<tie ms>" or "" for an absent member, then
@@ -21,37 +23,22 @@
 -- applied less than the id window ago is a producer duplicate.
 --
 -- The zset score is the exact score; the member is prefixed with its tie time in fixed-width
--- hex (see common/ranking.py) so Redis' bytewise order of equal scores is the tie rule.
+-- hex (common/store/encoding.py) so Redis' bytewise order of equal scores is the tie rule.
 
-local H = {W = 1, E = 2, MODE = 3, DESC = 4, MAXM = 5, STATE = 6, EPOCH = 7, WINDOW = 8, CAP = 9,
-           LEGACY_TTL = 10, S = 11}
+-- H (ARGV header positions) and C (shared constants, statuses C.ST) come from the prelude
+-- that common/store/scripts.py generates; common/store/apply.py is the only caller.
 local W, E = tonumber(ARGV[H.W]), tonumber(ARGV[H.E])
 local mode, desc, maxm = ARGV[H.MODE], ARGV[H.DESC] == '1', tonumber(ARGV[H.MAXM])
 local want_state, epoch = ARGV[H.STATE] == '1', ARGV[H.EPOCH]
 local legacy_ttl, S = ARGV[H.LEGACY_TTL], tonumber(ARGV[H.S])
 local legacy = legacy_ttl ~= '0'
-local F = legacy and 10 or 9
-local ST = {DUPLICATE = 0, APPLIED = 1, OUT_OF_RANGE = 2, REDELIVERED = 3, FAILED = 4}
-local KI = 4  -- KEYS before the instances
--- EXACT = 2^53 - 1: see common/ranking.py for why the bound is one below 2^53
-local TIE_MAX, EXACT = 281474976710655, 9007199254740991
-
-local function fmt(x)
-  if x == math.floor(x) and math.abs(x) <= EXACT then return string.format('%d', x) end
-  return string.format('%.17g', x)
-end
-
--- the tie prefix of each tie time, formatted once per call
-local prefixes = {}
-local function enc(tie, member)
-  if mode == 'none' then return member end
-  local p = prefixes[tie]
-  if p == nil then
-    p = string.format('%012x', mode == 'inv' and TIE_MAX - tie or tie)
-    prefixes[tie] = p
-  end
-  return p .. member
-end
+local F = legacy and EV._N or EV._N - 1  -- ARGV per event: EV.LEGACY_KEY only while adopting
+local ST, EXACT = C.ST, C.EXACT  -- EXACT = 2^53 - 1: common/store/encoding.py says why
+local KI = KEY._N  -- KEYS before the instances
+-- the key of instance i's rank (INST.RANK), overflow (INST.OVERFLOW) or state (INST.STATE)
+local function ikey(i, which) return KEYS[KI + INST._N * (i - 1) + which] end
+local fmt = ENC.score
+local function enc(tie, member) return ENC.member(mode, tie, member) end
 
 local function better(a, b)
   if desc then return a > b end
@@ -110,7 +97,7 @@ local function prefetch(i, members)
   local ci = {}
   cache[i] = ci
   if #members == 0 then return end
-  local got = redis.call('HMGET', KEYS[KI + 3 * i], unpack(members))
+  local got = redis.call('HMGET', ikey(i, INST.STATE), unpack(members))
   for j, member in ipairs(members) do
     local old = got[j]
     if old then
@@ -140,7 +127,7 @@ end
 
 -- phase 2 for one instance: its dirty members, written with one call per command
 local function flush(i, list)
-  local rk, ov, st = KEYS[KI + 3 * i - 2], KEYS[KI + 3 * i - 1], KEYS[KI + 3 * i]
+  local rk, ov, st = ikey(i, INST.RANK), ikey(i, INST.OVERFLOW), ikey(i, INST.STATE)
   local rem, gone, add, hset, hdel = {}, {}, {}, {}, {}
   for _, d in ipairs(list) do
     local member, c = d[1], d[2]
@@ -178,15 +165,16 @@ local metas = {}  -- member -> meta after this call's events ('' = none); read i
 -- (positions as exact integer text: Lua's own number-to-text turns 10^14 into '1e+14')
 local function pos_key(offset, sub) return string.format('%d:%d', offset, sub) end
 local sources, fields = {}, {'e'}
-local at = H.S
+local at = H._N  -- the header, then the sources
 for k = 1, S do
-  local src = {field = ARGV[at + 1], topic = ARGV[at + 2], low = tonumber(ARGV[at + 3]), rejected = {}}
-  at = at + 3
+  local src = {field = ARGV[at + SRC.FIELD], topic = ARGV[at + SRC.TOPIC], low = tonumber(ARGV[at + SRC.LOW]),
+               rejected = {}}
+  at = at + SRC._N
   sources[k] = src
   fields[#fields + 1] = src.field
   fields[#fields + 1] = src.field .. '!r'
 end
-local stored = redis.call('HMGET', KEYS[3], unpack(fields))
+local stored = redis.call('HMGET', KEYS[KEY.FENCE], unpack(fields))
 if stored[1] and stored[1] ~= epoch then return {-1, stored[1]} end
 local fence_dirty = not stored[1]
 for k, src in ipairs(sources) do
@@ -209,7 +197,7 @@ end
 local expires_at = at
 at = at + W
 
-local ids = IDW.new(KEYS[4], tonumber(ARGV[H.WINDOW]), tonumber(ARGV[H.CAP]))
+local ids = IDW.new(KEYS[KEY.IDW], tonumber(ARGV[H.WINDOW]), tonumber(ARGV[H.CAP]))
 local legacy_new = {}
 
 -- the events, then phase 1's reads: every member's state in every instance it counts in (one
@@ -218,10 +206,11 @@ local events, per_instance, seen_in, fps = {}, {}, {}, {}
 local members, seen = {}, {}  -- every member of the call's events (their metas, for hot boards)
 for i = 1, W do per_instance[i], seen_in[i] = {}, {} end
 for e = 1, E do
-  local ev = {op = ARGV[at + 1], member = ARGV[at + 2], score = tonumber(ARGV[at + 3]),
-              tie = tonumber(ARGV[at + 4]), meta = ARGV[at + 5], mask = tonumber(ARGV[at + 6]),
-              offset = tonumber(ARGV[at + 7]), where = tonumber(ARGV[at + 8]), fp = ARGV[at + 9],
-              legacy_key = legacy and ARGV[at + 10] or nil}  -- the previous release's record of the id
+  local ev = {op = ARGV[at + EV.OP], member = ARGV[at + EV.MEMBER], score = tonumber(ARGV[at + EV.SCORE]),
+              tie = tonumber(ARGV[at + EV.TIE_MS]), meta = ARGV[at + EV.META], mask = tonumber(ARGV[at + EV.MASK]),
+              offset = tonumber(ARGV[at + EV.OFFSET]), where = tonumber(ARGV[at + EV.WHERE]),
+              fp = ARGV[at + EV.FINGERPRINT],
+              legacy_key = legacy and ARGV[at + EV.LEGACY_KEY] or nil}  -- the previous release's record of the id
   at = at + F
   events[e] = ev
   local inst, mask = {}, ev.mask  -- the instances the event counts in, from its mask
@@ -247,13 +236,13 @@ end
 for i = 1, W do prefetch(i, per_instance[i]) end
 IDW.prefetch(ids, fps)
 if want_state and #members > 0 then
-  local got = redis.call('HMGET', KEYS[2], unpack(members))
+  local got = redis.call('HMGET', KEYS[KEY.META], unpack(members))
   for j, member in ipairs(members) do metas[member] = got[j] or '' end
 end
 
 local out, touched, dirty, meta_dirty = {}, {}, {}, {}
 for i = 1, W do dirty[i] = {} end
-local seq0 = tonumber(redis.call('GET', KEYS[1]) or '0')
+local seq0 = tonumber(redis.call('GET', KEYS[KEY.SEQ]) or '0')
 local seq = seq0
 for _, ev in ipairs(events) do
   local op, member, score, tie, meta, inst = ev.op, ev.member, ev.score, ev.tie, ev.meta, ev.inst
@@ -341,13 +330,13 @@ for _, src in ipairs(sources) do
       fence_args[#fence_args + 1] = src.field .. '!r'
       fence_args[#fence_args + 1] = table.concat(list, ' ')
     elseif src.had_rejections then
-      redis.call('HDEL', KEYS[3], src.field .. '!r')
+      redis.call('HDEL', KEYS[KEY.FENCE], src.field .. '!r')
     end
   end
 end
 if #fence_args > 0 then
   if fence_dirty then fence_args[#fence_args + 1] = 'e'; fence_args[#fence_args + 1] = epoch end
-  redis.call('HSET', KEYS[3], unpack(fence_args))
+  redis.call('HSET', KEYS[KEY.FENCE], unpack(fence_args))
 end
 local meta_set, meta_del = {}, {}
 for member in pairs(meta_dirty) do
@@ -355,17 +344,17 @@ for member in pairs(meta_dirty) do
   if m == '' then meta_del[#meta_del + 1] = member
   else meta_set[#meta_set + 1] = member; meta_set[#meta_set + 1] = m end
 end
-if #meta_set > 0 then redis.call('HSET', KEYS[2], unpack(meta_set)) end
-if #meta_del > 0 then redis.call('HDEL', KEYS[2], unpack(meta_del)) end
+if #meta_set > 0 then redis.call('HSET', KEYS[KEY.META], unpack(meta_set)) end
+if #meta_del > 0 then redis.call('HDEL', KEYS[KEY.META], unpack(meta_del)) end
 for i = 1, W do
   if #dirty[i] > 0 then flush(i, dirty[i]) end
 end
-if seq ~= seq0 then redis.call('SET', KEYS[1], seq) end
+if seq ~= seq0 then redis.call('SET', KEYS[KEY.SEQ], seq) end
 
 for i = 1, W do
   local expire_at = ARGV[expires_at + i]
   if touched[i] and expire_at ~= '0' then
-    for k = -2, 0 do redis.call('PEXPIREAT', KEYS[KI + 3 * i + k], expire_at) end
+    for which = 1, INST._N do redis.call('PEXPIREAT', ikey(i, which), expire_at) end
   end
 end
 return out

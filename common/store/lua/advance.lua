@@ -2,10 +2,11 @@
 -- worker that lost its partitions, or `rankstream accept-redis` racing a running worker, must not
 -- move a record back below what was applied (the owner would then block as redis_behind).
 --
--- KEYS: [1] the group's sources hash. ARGV: [1] topic id, then pairs (partition, last offset).
+-- KEYS: [1] the group's sources hash. ARGV (common/store/advance.py): topic id (A.TOPIC_ID), then
+-- pairs (partition, last offset).
 -- A record of another topic id (a recreated topic) is replaced.
-local tid = ARGV[1]
-for i = 2, #ARGV, 2 do
+local tid = ARGV[A.TOPIC_ID]
+for i = A._N + 1, #ARGV, 2 do
   local cur = redis.call('HGET', KEYS[1], ARGV[i])
   local keep = false
   if cur then

@@ -1,0 +1,179 @@
+"""apply.lua's typed wrapper: `ApplyRequest` in, `ApplyReply` (or the call's error) out.
+
+One request applies a chunk of events of ONE board atomically (common/store/lua/apply.lua says
+how: the offset fence, the id window, the two phases). The positions of the KEYS and ARGV
+fields are this module's alone: the script reads its header through the generated `H` table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import redis
+
+from common.store.encoding import MemberState, Status, TieMode, format_score, parse_state, text
+from common.store.keys import BoardKeys
+from common.store.scripts import ArgT, Call, load_script
+
+# where each field goes (apply.lua reads the positions from the tables of the same names)
+KEY = ("SEQ", "META", "FENCE", "IDW")  # the board's keys, then INST per instance
+INST = ("RANK", "OVERFLOW", "STATE")
+H = ("W", "E", "MODE", "DESC", "MAXM", "STATE", "EPOCH", "WINDOW", "CAP", "LEGACY_TTL", "S")  # ARGV header
+SRC = ("FIELD", "TOPIC", "LOW")  # ARGV per source, after the header; then an expire-at per instance
+
+FOREIGN_EPOCH = -1  # the reply's first field when the board's fence belongs to another epoch
+
+
+@dataclass(frozen=True, slots=True)
+class FenceSource:
+    """A source partition as the board's fence knows it (worker/apply.py Source)."""
+
+    field: str  # "<topic>:<partition>"
+    topic_id: str  # a recreated topic has a new id: its fences start over
+    low_water: int  # the last committed offset (-1: none): rejections at or below it are forgotten
+
+
+class ApplyEvent(NamedTuple):
+    """One event's ARGV: its fields in this order are apply.lua's EV layout (a tuple, not an
+    object per event: the worker builds one per event)."""
+
+    op: str  # incr | set | best | delete, or `x`: a record that the event's processing raised
+    member: str  # for `x`: the error class
+    score: float
+    tie_ms: int  # the event time: orders ties
+    meta: str  # '' = none
+    mask: int  # bit i: the event counts in the request's i-th instance
+    offset: int  # its message's offset (0 without a source)
+    where: int  # source number (1-based) * 1000 + array index + 1; 0 = no source
+    fingerprint: bytes  # of its id (common/idwindow.py)
+    legacy_key: str = ""  # while adopting the previous release: its record of the id (else unsent)
+
+
+@dataclass(frozen=True, slots=True)
+class ApplyRequest:
+    keys: BoardKeys
+    instances: Sequence[tuple[str, int]]  # (instance, expire-at ms or 0 = never), bit order
+    mode: TieMode
+    desc: bool
+    max_members: int  # 0 = unlimited
+    want_state: bool  # hot boards: the reply carries each event's resulting states and meta
+    epoch: str  # the Redis data set's epoch, written into and checked against the fence
+    id_window_s: int
+    listpack_cap: int  # id window buckets split beyond this many entries
+    legacy_ttl_ms: int  # > 0 while adopting the previous release's boards
+    sources: Sequence[FenceSource]
+    events: Sequence[ApplyEvent]
+    ids: Sequence[str] = ()  # the events' ids, for logs and tests; not sent
+
+
+@dataclass(frozen=True, slots=True)
+class EventReply:
+    status: Status
+    seq: int  # the board's seq after the event
+    failed_as: str | None  # FAILED: the error class its first delivery raised
+    states: tuple[MemberState | None, ...]  # want_state: per instance of its mask, in bit order
+    meta: bytes | None  # want_state: the member's meta after the event
+
+
+@dataclass(frozen=True, slots=True)
+class ForeignEpoch:
+    """The board's fence was written in another epoch: the call changed nothing."""
+
+    found: str
+
+
+ApplyReply = list[EventReply] | ForeignEpoch
+
+
+EV = tuple(name.upper() for name in ApplyEvent._fields)  # ARGV per event (LEGACY_KEY last)
+_SCORE = EV.index("SCORE")
+LAYOUTS = (("KEY", KEY), ("INST", INST), ("H", H), ("SRC", SRC), ("EV", EV))
+
+
+def _event_args(ev: ApplyEvent) -> tuple[ArgT, ...]:
+    """One event's ARGV, in EV's order, the score as its one text form."""
+    return (*ev[:_SCORE], format_score(ev.score), *ev[_SCORE + 1 :])
+
+
+def _count_bits(mask: int) -> int:
+    return bin(mask).count("1")
+
+
+class ApplyScript:
+    def __init__(self) -> None:
+        self.lua = load_script("apply", LAYOUTS)
+
+    @staticmethod
+    def call(req: ApplyRequest) -> Call:
+        keys = req.keys
+        board: dict[str, str] = {
+            "SEQ": keys.seq,
+            "META": keys.meta,
+            "FENCE": keys.fence,
+            "IDW": keys.id_window,
+        }
+        key_list = [board[name] for name in KEY]
+        for name, _ in req.instances:
+            per: dict[str, str] = {
+                "RANK": keys.rank(name),
+                "OVERFLOW": keys.overflow(name),
+                "STATE": keys.state(name),
+            }
+            key_list += [per[field] for field in INST]
+        header: dict[str, str | int] = {
+            "W": len(req.instances),
+            "E": len(req.events),
+            "MODE": req.mode.value,
+            "DESC": "1" if req.desc else "0",
+            "MAXM": req.max_members,
+            "STATE": "1" if req.want_state else "0",
+            "EPOCH": req.epoch,
+            "WINDOW": req.id_window_s,
+            "CAP": req.listpack_cap,
+            "LEGACY_TTL": req.legacy_ttl_ms,
+            "S": len(req.sources),
+        }
+        args: list[ArgT] = [header[name] for name in H]
+        for source in req.sources:
+            fields: dict[str, str | int] = {
+                "FIELD": source.field,
+                "TOPIC": source.topic_id,
+                "LOW": source.low_water,
+            }
+            args += [fields[name] for name in SRC]
+        args += [expire for _, expire in req.instances]
+        legacy = req.legacy_ttl_ms > 0  # EV's last field, LEGACY_KEY, is sent only while adopting
+        for ev in req.events:
+            args += _event_args(ev) if legacy else _event_args(ev)[:-1]
+        return Call(key_list, args, req.ids)
+
+    @staticmethod
+    def decode(req: ApplyRequest, reply: list[Any]) -> ApplyReply:
+        if reply and int(reply[0]) == FOREIGN_EPOCH:
+            return ForeignEpoch(text(reply[1]))
+        out: list[EventReply] = []
+        pos = 0
+        for ev in req.events:
+            status, seq = Status(int(reply[pos])), int(reply[pos + 1])
+            pos += 2
+            failed_as = None
+            if status is Status.FAILED:
+                failed_as = text(reply[pos])
+                pos += 1
+            states: tuple[MemberState | None, ...] = ()
+            meta: bytes | None = None
+            if req.want_state:
+                n = _count_bits(ev.mask)
+                states = tuple(parse_state(raw) for raw in reply[pos : pos + n])
+                meta = reply[pos + n] or None
+                pos += n + 1
+            out.append(EventReply(status, seq, failed_as, states, meta))
+        return out
+
+    def run_many(self, client: redis.Redis, reqs: Sequence[ApplyRequest]) -> list[ApplyReply | Exception]:
+        """Every request in one round trip; a call the script refused comes back as its error
+        (it changed nothing); a connection failure raises."""
+        raw = self.lua.run_many(client, [self.call(r) for r in reqs], raise_on_error=False)
+        return [r if isinstance(r, Exception) else self.decode(q, r) for q, r in zip(reqs, raw, strict=True)]

@@ -1,0 +1,170 @@
+"""Every encoding of the Redis contract, and the memory order that must equal Redis' order.
+
+Scores. A board's zset score is the member's exact score. Scores are IEEE doubles; integer
+scores are exact for |score| <= EXACT_MAX = 2**53 - 1: with both operands inside that range, an
+incr whose true result is inside it is computed exactly, and one whose true result is outside
+lands at >= 2**53 and is refused, so no score is ever rounded silently. Such events (and any
+event whose own score is outside the range) are dead-lettered as `score_out_of_range`.
+Non-integer scores are IEEE doubles with their usual rounding. `format_score` is the one text
+form of a score (what apply.lua writes and ZCOUNT bounds use).
+
+Ties. Equal scores are ordered by the time (ms) the member reached that score: that time is
+written as a fixed-width hex prefix of the zset member (TIE_WIDTH digits, exact to the
+millisecond up to 9999-12-31), so Redis' own bytewise ordering of equal-score members *is* the
+tie rule. Desc boards read with ZREVRANGE (equal scores: larger member first), asc boards with
+ZRANGE; `tie_mode` picks the prefix that makes the board's tie_break come out.
+
+Member state. The state hash holds "<score>|<tie ms>" per member (`format_state`).
+
+Memory. A hot window orders `memory_key(...)` bytes: an 8-byte order-preserving image of the
+score, then the tie-encoded member as Redis holds it, inverted for desc boards so the best
+member is always first; tests/integration/test_store_order.py proves it is Redis' order.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from enum import IntEnum, StrEnum
+
+from common.boards import BoardType, Order, TieBreak
+
+EXACT_MAX = 2**53 - 1
+TIE_BYTES = 6  # 48 bits of milliseconds, beyond year 9999
+TIE_WIDTH = 2 * TIE_BYTES  # the hex digits of a zset member's tie prefix
+TIE_MAX = (1 << (8 * TIE_BYTES)) - 1
+
+
+class TieMode(StrEnum):
+    """How members are prefixed: `inv` = earlier sorts later bytewise, `fwd` = earlier sorts first."""
+
+    INV = "inv"
+    FWD = "fwd"
+    NONE = "none"
+
+
+class Status(IntEnum):
+    """What apply.lua reports per event."""
+
+    DUPLICATE = 0  # the id was applied less than the id window ago (a producer retry)
+    APPLIED = 1
+    OUT_OF_RANGE = 2  # rejected by the script (also when redelivered: the fence remembers)
+    REDELIVERED = 3  # at or before the board's fence for its source: already handled
+    FAILED = 4  # redelivered, and its processing raised on its first delivery (dead-letter it again)
+
+
+def tie_mode(board_type: BoardType) -> TieMode:
+    if board_type.tie_break is TieBreak.NONE:
+        return TieMode.NONE
+    earlier_first = board_type.tie_break is TieBreak.FIRST
+    # desc reads in reverse byte order, so "earlier first" needs earlier times to sort *later*
+    if (board_type.order is Order.DESC) == earlier_first:
+        return TieMode.INV
+    return TieMode.FWD
+
+
+def _tie_value(mode: TieMode, tie_ms: int) -> int:
+    return TIE_MAX - tie_ms if mode is TieMode.INV else tie_ms
+
+
+def encode_member(mode: TieMode, tie_ms: int, member: str) -> str:
+    """The zset member of `member` that reached its score at `tie_ms`."""
+    if mode is TieMode.NONE:
+        return member
+    return f"{_tie_value(mode, tie_ms):0{TIE_WIDTH}x}{member}"
+
+
+def decode_member(mode: TieMode, encoded: str) -> str:
+    return encoded if mode is TieMode.NONE else encoded[TIE_WIDTH:]
+
+
+def tie_prefix_length(mode: TieMode) -> int:
+    """Characters of a zset member before the member id."""
+    return 0 if mode is TieMode.NONE else TIE_WIDTH
+
+
+def format_score(score: float) -> str:
+    """The one text form of a score: integers without a fraction, others round-trip exact."""
+    value = float(score)  # an int is a float to the type checker, not to is_integer()
+    if value.is_integer() and abs(value) <= 2**53:
+        return str(int(value))
+    return repr(value)
+
+
+def text(raw: bytes | str) -> str:
+    """A reply field as text (clients with and without decode_responses)."""
+    return raw.decode() if isinstance(raw, bytes) else raw
+
+
+@dataclass(frozen=True, slots=True)
+class MemberState:
+    score: float
+    tie_ms: int
+
+
+def format_state(state: MemberState) -> str:
+    return f"{format_score(state.score)}|{state.tie_ms}"
+
+
+def parse_state(raw: bytes | str) -> MemberState | None:
+    """A state hash value (or apply.lua's reply of one); '' = absent."""
+    value = text(raw)
+    if not value:
+        return None
+    score, tie = value.split("|")
+    return MemberState(float(score), int(tie))
+
+
+# --- memory: bytes whose order is Redis' order (api/hotwindow.py) ------------------------------
+_DOUBLE = struct.Struct(">d")
+_U64 = struct.Struct(">Q")
+_SIGN = 1 << 63
+_MASK = (1 << 64) - 1
+_INVERT = bytes(range(255, -1, -1))
+SCORE_BYTES = 8
+
+
+def sortable_score(score: float, desc: bool) -> bytes:
+    """8 bytes whose byte order is the number order (complemented for desc: best first)."""
+    # + 0.0 turns -0.0 into 0.0: Redis holds them equal, so must the byte order
+    bits = _U64.unpack(_DOUBLE.pack(score + 0.0))[0]
+    bits = (~bits & _MASK) if bits & _SIGN else bits | _SIGN
+    return _U64.pack(~bits & _MASK if desc else bits)
+
+
+def unsortable_score(raw: bytes, desc: bool) -> float:
+    bits = _U64.unpack_from(raw)[0]
+    if desc:
+        bits = ~bits & _MASK
+    bits = bits & ~_SIGN if bits & _SIGN else ~bits & _MASK
+    value: float = _DOUBLE.unpack(_U64.pack(bits))[0]
+    return value
+
+
+def next_prefix(prefix: bytes) -> bytes:
+    """The smallest 8-byte string above every key starting with `prefix`."""
+    return _U64.pack(_U64.unpack(prefix)[0] + 1) if prefix != b"\xff" * 8 else b"\xff" * 9
+
+
+def memory_body(mode: TieMode, desc: bool, member: str, tie_ms: int) -> bytes:
+    """The bytes after the score: the zset member as Redis orders it (the tie prefix's 6 raw
+    bytes order as its 12 hex digits do), inverted byte by byte and ended by 0xff for desc
+    boards, which is exactly Redis' reverse-lexicographic order (a member id never holds a NUL,
+    so neither 0xff nor 0x00 occurs inside it), ended by 0x00 for asc boards."""
+    tie = b"" if mode is TieMode.NONE else _U64.pack(_tie_value(mode, tie_ms))[8 - TIE_BYTES :]
+    encoded = tie + member.encode()
+    return encoded.translate(_INVERT) + b"\xff" if desc else encoded + b"\x00"
+
+
+def memory_member(mode: TieMode, desc: bool, body: bytes) -> tuple[str, int]:
+    """(member, tie ms) of a `memory_body` without its terminator."""
+    encoded = body.translate(_INVERT) if desc else body
+    if mode is TieMode.NONE:
+        return encoded.decode(), 0
+    value = _U64.unpack(b"\0" * (8 - TIE_BYTES) + encoded[:TIE_BYTES])[0]
+    return encoded[TIE_BYTES:].decode(), _tie_value(mode, value)
+
+
+def memory_member_id(mode: TieMode, desc: bool, body: bytes) -> str:
+    """The member of a `memory_body` without its terminator (a page's hot path: no tie)."""
+    return (body.translate(_INVERT) if desc else body)[0 if mode is TieMode.NONE else TIE_BYTES :].decode()

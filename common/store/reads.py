@@ -1,0 +1,147 @@
+"""The API's reads of one board window instance in Redis, typed: top.lua (a page), locate.lua
+(members' score, position and strictly-better count) and the score-range counts. Their result
+types are what every reader answers (api/reader.py: memory answers the same).
+
+Positions are 0-based in the *view*: the board's order, or its exact reverse (`reverse`). A
+window's order is its rank zset then its overflow zset (max_members)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import redis.asyncio as aioredis
+
+from common.store.encoding import TieMode, format_score, parse_state, text, tie_prefix_length
+from common.store.keys import BoardKeys
+from common.store.scripts import load_script
+
+# where each field goes (the scripts read the positions from the tables of the same names)
+TOP_KEYS, TOP_ARGS = ("RANK", "OVERFLOW", "META", "SEQ"), ("START", "STOP", "DESC", "REVERSE", "PLEN")
+LOCATE_KEYS = ("RANK", "OVERFLOW", "STATE", "META", "SEQ")
+LOCATE_ARGS = ("DESC", "REVERSE", "MODE")  # then the members
+PER_MEMBER = ("STATE", "POSITION", "BETTER", "META")  # locate.lua's reply per member, after total, seq
+_STATE, _POSITION, _BETTER, _META = (PER_MEMBER.index(n) for n in ("STATE", "POSITION", "BETTER", "META"))
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    member: str
+    score: float
+    meta: bytes | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    total: int
+    seq: int
+    entries: list[Entry]
+
+
+@dataclass(frozen=True, slots=True)
+class Located:
+    entry: Entry
+    position: int  # 0-based, in the view
+    better: int  # members strictly better in the view
+
+
+@dataclass(frozen=True, slots=True)
+class Lookup:
+    total: int
+    seq: int
+    found: list[Located | None]  # in the order asked; None: not on the board
+
+
+@dataclass(frozen=True, slots=True)
+class Counted:
+    count: int
+    seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class WindowRef:
+    """One window instance of one board, and how the board orders it."""
+
+    keys: BoardKeys
+    instance: str
+    desc: bool
+    mode: TieMode
+
+    def _key(self, name: str) -> str:
+        keys = self.keys
+        if name == "RANK":
+            return keys.rank(self.instance)
+        if name == "OVERFLOW":
+            return keys.overflow(self.instance)
+        if name == "STATE":
+            return keys.state(self.instance)
+        return keys.meta if name == "META" else keys.seq
+
+    def key_list(self, names: Sequence[str]) -> list[str]:
+        return [self._key(name) for name in names]
+
+
+def _flag(value: bool) -> str:
+    return "1" if value else "0"
+
+
+TOP = load_script("top", (("K", TOP_KEYS), ("A", TOP_ARGS)))
+LOCATE = load_script("locate", (("K", LOCATE_KEYS), ("A", LOCATE_ARGS), ("M", PER_MEMBER)))
+
+
+async def top(client: aioredis.Redis, ref: WindowRef, start: int, stop: int, reverse: bool) -> Page:
+    """The view's positions [start, stop)."""
+    values: dict[str, str | int] = {
+        "START": start,
+        "STOP": stop,
+        "DESC": _flag(ref.desc),
+        "REVERSE": _flag(reverse),
+        "PLEN": tie_prefix_length(ref.mode),
+    }
+    reply = await TOP.run_async(client, ref.key_list(TOP_KEYS), [values[name] for name in TOP_ARGS])
+    total, seq, n = int(reply[0]), int(reply[1]), int(reply[2])
+    metas = reply[3 + 2 * n :]
+    rows = [Entry(text(reply[3 + 2 * i]), float(reply[4 + 2 * i]), metas[i] or None) for i in range(n)]
+    return Page(total, seq, rows)
+
+
+async def locate(client: aioredis.Redis, ref: WindowRef, members: Sequence[str], reverse: bool) -> Lookup:
+    values: dict[str, str] = {"DESC": _flag(ref.desc), "REVERSE": _flag(reverse), "MODE": ref.mode.value}
+    args = [values[name] for name in LOCATE_ARGS]
+    reply = await LOCATE.run_async(client, ref.key_list(LOCATE_KEYS), [*args, *members])
+    found: list[Located | None] = []
+    for i, member in enumerate(members):
+        at = 2 + len(PER_MEMBER) * i
+        state = parse_state(reply[at + _STATE])
+        if state is None:
+            found.append(None)
+            continue
+        entry = Entry(member, state.score, reply[at + _META] or None)
+        found.append(Located(entry, int(reply[at + _POSITION]), int(reply[at + _BETTER])))
+    return Lookup(int(reply[0]), int(reply[1]), found)
+
+
+async def count_between(client: aioredis.Redis, ref: WindowRef, low: str, high: str) -> Counted:
+    """(members with low <= score <= high, seq); bounds in Redis syntax (`-inf`, `(5`, `10`)."""
+    pipe = client.pipeline(transaction=False)
+    pipe.zcount(ref.keys.rank(ref.instance), low, high)
+    pipe.zcount(ref.keys.overflow(ref.instance), low, high)
+    pipe.get(ref.keys.seq)
+    ranked, overflow, seq = await pipe.execute()
+    return Counted(int(ranked) + int(overflow), int(seq or 0))
+
+
+async def better_and_equal(
+    client: aioredis.Redis, ref: WindowRef, score: float, reverse: bool
+) -> tuple[int, int, int]:
+    """(members strictly better than `score` in the view, members equal to it, seq)."""
+    value = format_score(score)
+    high_first = ref.desc != reverse
+    better = (f"({value}", "+inf") if high_first else ("-inf", f"({value}")
+    pipe = client.pipeline(transaction=False)
+    for key in (ref.keys.rank(ref.instance), ref.keys.overflow(ref.instance)):
+        pipe.zcount(key, *better)
+        pipe.zcount(key, value, value)
+    pipe.get(ref.keys.seq)
+    b1, e1, b2, e2, seq = await pipe.execute()
+    return int(b1) + int(b2), int(e1) + int(e2), int(seq or 0)

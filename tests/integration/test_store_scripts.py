@@ -1,0 +1,121 @@
+"""Each Lua script's typed wrapper on its own, against real Redis (common/store/): the fields go
+where the script reads them and the typed reply says what the script did. The scripts' whole
+behaviour is tested elsewhere (apply: test_apply_lua.py and the property tests; advance:
+test_fences.py; order: test_store_order.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+import redis.asyncio as aioredis
+
+from common.idwindow import fingerprint
+from common.store import reads
+from common.store.apply import ApplyEvent, ApplyRequest, ApplyScript, FenceSource, ForeignEpoch
+from common.store.encoding import MemberState, Status, TieMode
+from common.store.keys import BoardKeys
+
+pytestmark = pytest.mark.integration
+
+
+def request(keys: BoardKeys, events: list[ApplyEvent], **overrides: object) -> ApplyRequest:
+    fields: dict[str, object] = {
+        "keys": keys,
+        "instances": [("total", 0), ("day:2026-11-22", 0)],
+        "mode": TieMode.INV,
+        "desc": True,
+        "max_members": 2,
+        "want_state": True,
+        "epoch": "ep1",
+        "id_window_s": 60,
+        "listpack_cap": 128,
+        "legacy_ttl_ms": 0,
+        "sources": [FenceSource("updates:0", "tid", -1)],
+        "events": events,
+    }
+    fields.update(overrides)
+    return ApplyRequest(**fields)  # type: ignore[arg-type]
+
+
+def event(
+    member: str, score: float, tie: int, offset: int, *, mask: int = 0b11, op: str = "incr"
+) -> ApplyEvent:
+    return ApplyEvent(
+        op, member, float(score), tie, '{"n":1}', mask, offset, 1001, fingerprint(f"{member}{offset}")
+    )
+
+
+@pytest.fixture
+def keys(settings) -> BoardKeys:
+    return BoardKeys(settings.key_prefix, f"s:{uuid.uuid4().hex[:8]}")
+
+
+def test_apply_reports_each_event_and_its_states_per_instance_of_its_mask(rclient, keys):
+    script = ApplyScript()
+    events = [event("a", 5, 100, 0), event("b", 7, 200, 1, mask=0b01), event("a", 1, 300, 2)]
+    (reply,) = script.run_many(rclient, [request(keys, events)])
+    assert not isinstance(reply, (Exception, ForeignEpoch))
+    assert [(r.status, r.seq) for r in reply] == [
+        (Status.APPLIED, 1),
+        (Status.APPLIED, 2),
+        (Status.APPLIED, 3),
+    ]
+    assert reply[0].states == (MemberState(5, 100), MemberState(5, 100))
+    assert reply[1].states == (MemberState(7, 200),)  # only the instance of its mask
+    assert reply[2].states == (MemberState(6, 300), MemberState(6, 300))
+    assert reply[2].meta == b'{"n":1}'
+    # redelivered at the same positions: nothing changes, each reports REDELIVERED
+    (again,) = script.run_many(rclient, [request(keys, events)])
+    assert not isinstance(again, (Exception, ForeignEpoch))
+    assert [r.status for r in again] == [Status.REDELIVERED] * 3
+    assert rclient.get(keys.seq) == b"3"
+
+
+def test_apply_on_a_board_of_another_epoch_changes_nothing(rclient, keys):
+    script = ApplyScript()
+    (first,) = script.run_many(rclient, [request(keys, [event("a", 5, 100, 0)])])
+    assert isinstance(first, list)
+    (reply,) = script.run_many(rclient, [request(keys, [event("a", 5, 100, 1)], epoch="ep2")])
+    assert reply == ForeignEpoch("ep1")
+    assert rclient.get(keys.seq) == b"1"
+
+
+def test_apply_error_comes_back_in_its_calls_place(rclient, keys):
+    bad = ApplyEvent("incr", "a", float("nan"), 1, "", 1, 0, 0, fingerprint("x"))
+    good = request(keys, [event("b", 1, 1, 0)])
+    broken, fine = ApplyScript().run_many(rclient, [request(keys, [bad], sources=[]), good])
+    assert isinstance(broken, Exception) and isinstance(fine, list)
+
+
+def test_top_and_locate_read_the_rank_then_the_overflow_zset(rclient, keys, settings):
+    # max_members 2: the third member lives in the overflow zset
+    events = [event("a", 5, 100, 0, mask=1), event("b", 9, 200, 1, mask=1), event("c", 7, 300, 2, mask=1)]
+    (reply,) = ApplyScript().run_many(rclient, [request(keys, events, instances=[("total", 0)])])
+    assert isinstance(reply, list)
+    assert rclient.zcard(keys.overflow("total")) == 1
+    ref = reads.WindowRef(keys, "total", True, TieMode.INV)
+
+    async def go() -> None:
+        client = aioredis.Redis.from_url(settings.redis_url.get_secret_value())
+        try:
+            page = await reads.top(client, ref, 1, 3, reverse=False)
+            assert (page.total, page.seq) == (3, 3)
+            assert [(r.member, r.score, r.meta) for r in page.entries] == [
+                ("c", 7, b'{"n":1}'),
+                ("a", 5, b'{"n":1}'),
+            ]
+            back = await reads.top(client, ref, 0, 2, reverse=True)
+            assert [r.member for r in back.entries] == ["a", "c"]
+            found = await reads.locate(client, ref, ["a", "nobody", "b"], reverse=False)
+            assert found.found[1] is None
+            a, b = found.found[0], found.found[2]
+            assert a is not None and (a.entry.score, a.position, a.better) == (5, 2, 2)
+            assert b is not None and (b.entry.score, b.position, b.better) == (9, 0, 0)
+            assert await reads.count_between(client, ref, "6", "+inf") == reads.Counted(2, 3)
+            assert await reads.better_and_equal(client, ref, 7, reverse=True) == (1, 1, 3)
+        finally:
+            await client.aclose()
+
+    asyncio.run(go())
