@@ -14,10 +14,12 @@ from collections.abc import Callable, Sequence
 from types import FrameType, ModuleType
 from typing import Any
 
-from bench.common import ENV_PREFIX, BenchError, Row, format_table, say, scalar_rows, write_result
+from bench.common import ENV_PREFIX, BenchError, say
+from bench.harness.report import Row, format_table, scalar_rows, write_result
 from common.errors import RankstreamError
 
-# In run order; a name whose module (bench/<name>.py) does not exist yet is skipped by default.
+# In run order; a name whose module (bench/<name>.py or bench/<name>/) does not exist yet is
+# skipped by default.
 KNOWN = ("worker", "api", "hot", "failover")
 
 

@@ -21,7 +21,6 @@ its abort-check interval). Knob: RANKSTREAM_BENCH_FAILOVER_RATE (events/s, defau
 from __future__ import annotations
 
 import itertools
-import sys
 import threading
 import time
 from typing import Any
@@ -29,8 +28,11 @@ from typing import Any
 import orjson
 from confluent_kafka import Consumer, Producer
 
-from bench.api import Children, Servers, api_env, children, private_servers, write_boards
-from bench.common import REPO, BenchError, Result, Row, env_int, git_commit, machine, say, timestamp
+from bench.common import REPO, BenchError, Result, env_int, say
+from bench.harness.nodes import start_worker
+from bench.harness.processes import Child, Children, children
+from bench.harness.report import Row, git_commit, machine, timestamp
+from bench.harness.stack import Stack, private_stack
 from common.settings import Settings
 from rankstream.topics import ensure_topics
 
@@ -120,14 +122,14 @@ class DlqReader:
                     self.seen_at.setdefault(orjson.loads(value)["id"], time.monotonic())
 
 
-def applied(servers: Servers, settings: Settings) -> list[int]:
+def applied(stack: Stack, settings: Settings) -> list[int]:
     """Per board (in BOARDS order), how many of its events are applied: its seq."""
     keys = [f"{settings.key_prefix}{{{b}}}:seq" for b in BOARDS]
-    return [int(v or 0) for v in servers.client.mget(keys)]
+    return [int(v or 0) for v in stack.client.mget(keys)]
 
 
 def apply_latencies(
-    servers: Servers, settings: Settings, stream: Stream, since: float, until: float
+    stack: Stack, settings: Settings, stream: Stream, since: float, until: float
 ) -> list[float]:
     """Produce-to-applied seconds of the good events sent in [since, until): each board's seq
     says how many of its events (in order) are applied, polled every 20 ms for AFTER_S."""
@@ -135,7 +137,7 @@ def apply_latencies(
     done = [0] * len(BOARDS)
     while time.monotonic() < since + AFTER_S:
         now = time.monotonic()
-        for i, (board, seq) in enumerate(zip(BOARDS, applied(servers, settings), strict=True)):
+        for i, (board, seq) in enumerate(zip(BOARDS, applied(stack, settings), strict=True)):
             for index in range(done[i], seq):
                 applied_at[(board, index)] = now
             done[i] = max(done[i], seq)
@@ -152,14 +154,12 @@ def apply_latencies(
     return latencies
 
 
-def worker(group: Children, settings: Settings, name: str) -> Any:
-    env = api_env(settings, 0, RANKSTREAM_WORKER_ID=name, RANKSTREAM_TOPIC_UPDATES=settings.topic_updates,
-                  RANKSTREAM_TOPIC_DLQ=settings.topic_dlq, RANKSTREAM_WORKER_GROUP=settings.worker_group,
-                  RANKSTREAM_WORKER_HTTP_PORT="0")  # fmt: skip
-    return group.spawn(name, [sys.executable, "-m", "rankstream.cli", "worker"], env)
+def worker(group: Children, settings: Settings, name: str) -> Child:
+    """A worker named like its pod: the name is its transactional.id's suffix."""
+    return start_worker(group, name, settings, http_port=0, worker_id=name)
 
 
-def scenario(servers: Servers, group: Children, settings: Settings, restart: bool, rate: int) -> Result:
+def scenario(stack: Stack, group: Children, settings: Settings, restart: bool, rate: int) -> Result:
     ensure_topics(settings)
     with Stream(settings, rate) as stream, DlqReader(settings) as reader:
         victim = worker(group, settings, "pod-a")
@@ -169,7 +169,7 @@ def scenario(servers: Servers, group: Children, settings: Settings, restart: boo
         killed = time.monotonic()
         if restart:
             worker(group, settings, "pod-a")  # the same pod name: the same transactional.id
-        latencies = apply_latencies(servers, settings, stream, killed, killed + SAMPLE_S)
+        latencies = apply_latencies(stack, settings, stream, killed, killed + SAMPLE_S)
         after = {i: t for i, t in stream.bad_sent_at.items() if killed <= t < killed + SAMPLE_S}
         waits = [reader.seen_at[i] - t for i, t in after.items() if i in reader.seen_at]
         if len(waits) < len(after):
@@ -185,17 +185,14 @@ def scenario(servers: Servers, group: Children, settings: Settings, restart: boo
 def run() -> Result:
     rate = env_int("FAILOVER_RATE", 400)
     FOLDER.mkdir(parents=True, exist_ok=True)
-    with private_servers(FOLDER / "servers") as servers:
-        boards = write_boards(FOLDER / "boards.yaml", BOARDS_YAML)
+    with private_stack(FOLDER / "servers", BOARDS_YAML) as stack:
         result: Result = {"when": timestamp(), "commit": git_commit()[0], "machine": machine(), "rate": rate,
                           "goals": {"held_s": GOAL_S}}  # fmt: skip
         for name, restart in (("restart", True), ("replaced", False)):
-            settings = servers.settings(boards, f"bf{name}:", name).model_copy(
-                update={"worker_group": f"bench-failover-{name}"}
-            )
+            settings = stack.settings(name, key_prefix=f"bf{name}:", worker_group=f"bench-failover-{name}")
             with children(FOLDER / name) as group:
                 say(f"failover: kill -9 one of two workers ({name})")
-                result[name] = scenario(servers, group, settings, restart, rate)
+                result[name] = scenario(stack, group, settings, restart, rate)
         result["goal_met"] = all(result[n][k] <= GOAL_S for n in ("restart", "replaced")
                                  for k in ("partitions_held_s", "readers_held_s"))  # fmt: skip
         return result

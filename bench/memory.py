@@ -19,21 +19,13 @@ from typing import cast
 
 import redis
 
-from bench.common import CpuMeter, Result, env_int, say
-from bench.worker import (
-    ARRAY_SIZE,
-    FOLDER,
-    Stack,
-    WorkerRun,
-    array_messages,
-    make_events,
-    produce,
-    start_worker,
-    stop_worker,
-    watch,
-)
+from bench.common import Result, env_int, say
+from bench.harness.cpu import CpuMeter
+from bench.harness.processes import Children
+from bench.harness.stack import Stack
+from bench.worker.drain import WorkerRun, watch
+from bench.worker.workload import ARRAY_SIZE, array_messages, fresh_topic, make_events
 from rankstream.stack import free_port
-from rankstream.topics import ensure_topics
 
 DEFAULT_ID_EVENTS = 120_000
 BOARD = "gift:room0"
@@ -65,23 +57,22 @@ def fence_bytes(client: redis.Redis, prefix: str) -> Result:
     }
 
 
-def measure_id_memory(stack: Stack, rng: random.Random) -> Result:
+def measure_id_memory(stack: Stack, group: Children, rng: random.Random) -> Result:
     n = env_int("ID_EVENTS", DEFAULT_ID_EVENTS)
-    stack.client.flushall()
     tag = f"ids-{uuid.uuid4().hex[:8]}"
-    settings = stack.settings(tag)
-    ensure_topics(settings)
     events = [dict(e, board=BOARD) for e in make_events(n, tag, rng)]
     say(f"ids: producing {n} events with distinct ids into one board")
-    produce(settings.kafka_bootstrap, settings.topic_updates, array_messages(events, ARRAY_SIZE))
-    run = WorkerRun(n, "bi:", f"bench-{tag}", free_port(), FOLDER / "worker-ids.log")
-    proc = start_worker(stack, settings, run)
+    settings, _ = fresh_topic(
+        stack, tag, array_messages(events, ARRAY_SIZE), key_prefix="bi:", worker_group=f"bench-{tag}"
+    )
+    run = WorkerRun(n, "worker-ids", settings, free_port())
+    worker = run.start(group)
     try:
-        watch(stack.client, run, proc, CpuMeter({"worker": proc.pid, "bench": os.getpid()}))
+        watch(stack.client, run, worker, CpuMeter({"worker": worker.pid, "bench": os.getpid()}))
     finally:
-        stop_worker(proc)
+        group.stop(worker)
     time.sleep(0.5)
-    window = f"{run.prefix}{{{BOARD}}}:i"
+    window = f"{settings.key_prefix}{{{BOARD}}}:i"
     keys = [window.encode(), *stack.client.scan_iter(match=f"{window}:*", count=10_000)]
     buckets = len(keys) - 1
     freed = freed_by_deleting(stack.client, keys)

@@ -1,0 +1,67 @@
+"""Memory per member of a hot board, in a fresh process building what the API builds
+(`python -m bench.hot memory N [--tracemalloc]`): RSS growth, or tracemalloc's count."""
+
+from __future__ import annotations
+
+import gc
+import random
+import sys
+import time
+import tracemalloc
+
+from bench.common import Result
+from bench.harness.processes import child_json, rss_bytes
+from bench.hot.board import BOARD
+from common.cache_records import decode
+
+
+def footprint(members: int, use_tracemalloc: bool) -> Result:
+    argv = [sys.executable, "-m", "bench.hot", "memory", str(members)]
+    return child_json([*argv, "--tracemalloc"] if use_tracemalloc else argv, "memory child", timeout=600)
+
+
+def build(members: int, use_tracemalloc: bool) -> Result:
+    """What HotBoards holds for one `total` window: HotWindow(desc, inv) with every member put,
+    then finish_loading(), and the meta dict. Members and metas are the objects the API keeps:
+    decoded from update_cache records (a member id split from the key, the meta a slice of the
+    value; an orjson.dumps() result would hold a 4 KiB buffer whatever its length)."""
+    from api.hotwindow import HotWindow  # noqa: PLC0415 - the helper process only
+    from common.cache_records import state_record  # noqa: PLC0415
+    from common.store.encoding import TieMode  # noqa: PLC0415
+
+    rng = random.Random(20261124)
+    now_ms = int(time.time() * 1000)
+    gc.collect()
+    before = rss_bytes()
+    if use_tracemalloc:
+        tracemalloc.start()
+    started = time.perf_counter()
+    window = HotWindow(True, TieMode.INV)
+    meta: dict[str, bytes] = {}
+    for i in range(members):
+        raw_meta = f'{{"name":"Player {i}","lvl":{i % 60}}}'.encode() if i % 20 == 0 else None
+        score = float(int(100 * rng.paretovariate(1.2)))
+        tie = now_ms - rng.randrange(86_400_000)
+        record = decode(
+            *state_record(BOARD, "total", f"u{i:07d}", score=score, tie_ms=tie, seq=i + 1, meta=raw_meta)
+        )
+        window.put(record.member, record.score, record.tie_ms, record.seq)
+        if record.meta:
+            meta[record.member] = record.meta
+    put_s = time.perf_counter() - started
+    window.finish_loading()
+    build_s = time.perf_counter() - started - put_s
+    gc.collect()
+    after = rss_bytes()
+    out: Result = {
+        "members": len(window),
+        "meta_members": len(meta),
+        "put_s": round(put_s, 3),
+        "finish_loading_s": round(build_s, 3),
+    }
+    if use_tracemalloc:
+        current, peak = tracemalloc.get_traced_memory()
+        out.update(traced_bytes=current, traced_peak_bytes=peak, bytes_per_member=round(current / members, 1))
+    elif before is not None and after is not None:
+        out.update(rss_before=before, rss_after=after, bytes_per_member=round((after - before) / members, 1))
+    return out

@@ -1,0 +1,177 @@
+"""The worker benchmark: rankstream's write path against the seed design, in one run.
+
+On one private Kafka and one private Redis, back to back (the box is shared and noisy, so the
+ratios within a run are what counts, not the absolute numbers):
+
+1. `events_per_s`: one real `rankstream worker` process drains N pre-produced single-event
+   messages; progress is the sum of the boards' `seq` keys in Redis. `events_per_s_arrays`:
+   the same with JSON arrays of 100 events per message (bench/worker/drain.py).
+2. `seed_ceiling_events_per_s`: the seed design (one Lua call per event: msgId dedupe, then
+   ZINCRBY per window) driven by redis-benchmark with 50 clients: Redis' own ceiling for
+   "one script call per event", with no Python and no Kafka at all (bench/worker/seed.py).
+3. `naive_events_per_s`: the seed design as a plain Python consumer would run it: one message
+   per poll, one script call per event, one synchronous commit per message (bench/worker/seed.py).
+4. What exactly-once costs in Redis memory (bench/memory.py) and what one event costs Redis
+   against the seeds' bare design (bench/redis_cost.py).
+
+Knobs: RANKSTREAM_BENCH_EVENTS (N, default 300000), RANKSTREAM_BENCH_NAIVE_EVENTS (20000).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+
+from bench.common import Result, env_int, say
+from bench.harness.processes import children
+from bench.harness.report import Row, header, met
+from bench.harness.stack import private_stack
+from bench.harness.stats import ratio
+from bench.worker.drain import measure_worker
+from bench.worker.seed import measure_naive, measure_seed_ceiling
+from bench.worker.workload import ARRAY_SIZE, BOARDS, BOARDS_YAML, FOLDER, MEMBERS, WINDOWS
+
+DEFAULT_EVENTS = 300_000
+DEFAULT_NAIVE_EVENTS = 20_000
+
+GOALS: dict[str, float] = {"events_per_s": 100_000, "vs_seed_ceiling": 1.5, "vs_naive": 5}
+MEMORY_GOALS: dict[str, float] = {"redis_bytes_per_event_id": 32}  # ceilings (bench/memory.py)
+# ceilings, ours / the seeds' bare design in the same run (bench/redis_cost.py)
+COST_GOALS: dict[str, float] = {"redis_vs_bare": 2.0, "redis_vs_bare_repeating": 2.0, "bytes_vs_bare": 1.6}
+_DIAGNOSTICS = (
+    "single.events_per_s_from_assign",
+    "arrays.events_per_s_from_assign",
+    "single.cpu_pct.worker",
+    "single.cpu_pct.redis",
+    "single.cpu_pct.kafka",
+    "single.cpu_pct.bench",
+    "single.cpu_pct.others",
+    "single.cpu_us_per_event.worker",
+    "single.cpu_us_per_event.redis",
+    "single.worker_metrics.apply_share",
+    "single.worker_metrics.mean_batch_messages",
+    "arrays.cpu_pct.worker",
+    "arrays.cpu_pct.redis",
+    "arrays.cpu_pct.others",
+    "arrays.cpu_us_per_event.worker",
+    "arrays.cpu_us_per_event.redis",
+    "arrays.worker_metrics.apply_share",
+    "arrays.worker_metrics.mean_batch_messages",
+    "seed_ceiling.cpu_pct.redis",
+    "seed_ceiling.cpu_pct.redis_benchmark",
+    "seed_ceiling.cpu_pct.others",
+    "seed_ceiling.cpu_us_per_event.redis",
+    "naive.per_event_ms.poll",
+    "naive.per_event_ms.apply",
+    "naive.per_event_ms.commit",
+    "naive.cpu_pct.bench",
+    "naive.cpu_pct.kafka",
+    "naive.cpu_pct.others",
+)
+ROWS = [
+    Row("events_per_s", "events_per_s"),
+    Row("events_per_s_arrays", "events_per_s"),
+    Row("seed_ceiling_events_per_s"),
+    Row("naive_events_per_s"),
+    Row("vs_seed_ceiling", "vs_seed_ceiling"),
+    Row("vs_seed_ceiling_arrays", "vs_seed_ceiling"),
+    Row("vs_naive", "vs_naive"),
+    Row("vs_naive_arrays", "vs_naive"),
+    Row("applied"),
+    Row("applied_arrays"),
+    Row("time_to_first_event_s"),
+    Row("time_to_first_event_s_arrays"),
+    Row("redis_bytes_per_event_id", "redis_bytes_per_event_id", at_most=True),
+    Row("redis_bytes_per_fence"),
+    Row("redis_us_per_event"),
+    Row("seed_bare_redis_us_per_event"),
+    Row("redis_vs_bare", "redis_vs_bare", at_most=True),
+    Row("redis_vs_bare_repeating", "redis_vs_bare_repeating", at_most=True),
+    Row("redis_bytes_per_member_window"),
+    Row("bare_zset_bytes_per_member"),
+    Row("bytes_vs_bare", "bytes_vs_bare", at_most=True),
+    Row("worker_us_per_event"),
+    Row("kafka_us_per_event"),
+    *(Row(f"details.{path}") for path in _DIAGNOSTICS),
+]
+
+
+def summarize(single: Result, arrays: Result, ceiling: Result, naive: Result) -> Result:
+    ceiling_rate, naive_rate = ceiling["events_per_s"], naive["events_per_s"]
+    base = {
+        "events_per_s": single["events_per_s"],
+        "vs_seed_ceiling": ratio(single["events_per_s"], ceiling_rate),
+        "vs_naive": ratio(single["events_per_s"], naive_rate),
+    }
+    with_arrays = {
+        "events_per_s": arrays["events_per_s"],
+        "vs_seed_ceiling": ratio(arrays["events_per_s"], ceiling_rate),
+        "vs_naive": ratio(arrays["events_per_s"], naive_rate),
+    }
+    return {
+        **base,
+        "events_per_s_arrays": with_arrays["events_per_s"],
+        "seed_ceiling_events_per_s": ceiling_rate,
+        "naive_events_per_s": naive_rate,
+        "vs_seed_ceiling_arrays": with_arrays["vs_seed_ceiling"],
+        "vs_naive_arrays": with_arrays["vs_naive"],
+        "applied": single["applied"],
+        "applied_arrays": arrays["applied"],
+        "time_to_first_event_s": single["time_to_first_event_s"],
+        "time_to_first_event_s_arrays": arrays["time_to_first_event_s"],
+        "goals": GOALS,
+        "met": met(base, GOALS),
+        "met_arrays": met(with_arrays, GOALS),
+    }
+
+
+def run() -> Result:
+    n = env_int("EVENTS", DEFAULT_EVENTS)
+    naive_n = env_int("NAIVE_EVENTS", DEFAULT_NAIVE_EVENTS)
+    head = header()
+    rng = random.Random(20261122)  # the same events every run: only the code under test changes
+    started = time.monotonic()
+    from bench.memory import fence_bytes, measure_id_memory  # noqa: PLC0415 - it builds on this package
+    from bench.redis_cost import measure_redis_cost  # noqa: PLC0415 - it builds on bench.memory
+
+    # AOF on, as `rankstream dev` runs it: what users pay for is measured with persistence
+    with private_stack(FOLDER, BOARDS_YAML, persist=True) as stack, children(FOLDER) as group:
+        single = measure_worker(stack, group, n, "single", rng)
+        fences = fence_bytes(stack.client, "b:")  # what the single run's boards hold
+        arrays = measure_worker(stack, group, n, "arrays", rng)
+        ids = measure_id_memory(stack, group, rng)
+        ceiling = measure_seed_ceiling(stack)
+        cost = measure_redis_cost(stack.client, rng)
+        naive = measure_naive(stack, naive_n, rng)
+    for name, report in (("single", single), ("arrays", arrays)):
+        if not report["applied_exact"]:
+            say(f"WARNING: {name}: {report['applied']} events applied, expected exactly {n}")
+    summary = summarize(single, arrays, ceiling, naive)
+    summary["goals"] = {**summary["goals"], **MEMORY_GOALS, **COST_GOALS}
+    summary["met_memory"] = {k: ids["bytes_per_event_id"] <= v for k, v in MEMORY_GOALS.items()}
+    summary["met_cost"] = {k: cost[k] <= v for k, v in COST_GOALS.items()}
+    return {
+        **summary,
+        **{k: v for k, v in cost.items() if k not in ("members", "windows", "chunk")},
+        "worker_us_per_event": arrays["cpu_us_per_event"].get("worker"),
+        "kafka_us_per_event": arrays["cpu_us_per_event"].get("kafka"),
+        "redis_bytes_per_event_id": ids["bytes_per_event_id"],
+        "redis_bytes_per_fence": fences["bytes_per_fence"],
+        "n_events": n,
+        "naive_n_events": naive_n,
+        "boards": BOARDS,
+        "members": MEMBERS,
+        "windows": list(WINDOWS),
+        "array_size": ARRAY_SIZE,
+        "details": {
+            "single": single,
+            "arrays": arrays,
+            "seed_ceiling": ceiling,
+            "naive": naive,
+            "id_window": ids,
+            "fences": fences,
+            "redis_cost": cost,
+        },
+        **head,
+        "duration_s": round(time.monotonic() - started, 1),
+    }

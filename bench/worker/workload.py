@@ -1,0 +1,72 @@
+"""What the worker benchmark feeds the worker: Zipf-distributed gift events over many boards,
+as single-event messages or as JSON arrays, written to a fresh topic per measurement."""
+
+from __future__ import annotations
+
+import itertools
+import random
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import orjson
+
+from bench.common import REPO
+from bench.harness.kafka import Message, produce
+from bench.harness.stack import Stack
+from common.settings import Settings
+from rankstream.topics import ensure_topics
+
+FOLDER = REPO / ".stack" / "bench"
+BOARDS = 200
+MEMBERS = 20_000
+# Classic Zipf (s=1): a few big spenders and a long tail, as in a live room.
+ZIPF_S = 1.0
+WINDOWS = ("total", "day", "week")
+BOARDS_YAML = f"timezone: UTC\ntypes:\n  gift: {{windows: [{', '.join(WINDOWS)}]}}\n"
+ARRAY_SIZE = 100
+
+
+def make_events(n: int, id_prefix: str, rng: random.Random) -> list[dict[str, Any]]:
+    """n update events over BOARDS boards (uniform) and MEMBERS members (Zipf)."""
+    cum_weights = list(itertools.accumulate(1 / (rank + 1) ** ZIPF_S for rank in range(MEMBERS)))
+    members = rng.choices(range(MEMBERS), cum_weights=cum_weights, k=n)
+    now_ms = int(time.time() * 1000)
+    return [
+        {
+            "id": f"{id_prefix}-{i}",
+            "board": f"gift:room{rng.randrange(BOARDS)}",
+            "member": f"u{member}",
+            "score": rng.randint(1, 100),
+            "ts": now_ms - rng.randrange(5000),
+        }
+        for i, member in enumerate(members)
+    ]
+
+
+def single_messages(events: Sequence[Mapping[str, Any]]) -> list[Message]:
+    return [(str(e["board"]).encode(), orjson.dumps(e)) for e in events]
+
+
+def array_messages(events: Sequence[Mapping[str, Any]], size: int) -> list[Message]:
+    """Arrays of up to `size` events of one board, keyed by it (as a batching producer would)."""
+    by_board: dict[str, list[Mapping[str, Any]]] = {}
+    for event in events:
+        by_board.setdefault(str(event["board"]), []).append(event)
+    out: list[Message] = []
+    for board, group in by_board.items():
+        out += [(board.encode(), orjson.dumps(group[i : i + size])) for i in range(0, len(group), size)]
+    # interleave boards, as many producers writing at once would
+    random.Random(7).shuffle(out)
+    return out
+
+
+def fresh_topic(
+    stack: Stack, tag: str, messages: Sequence[Message], **overrides: Any
+) -> tuple[Settings, float]:
+    """An empty Redis (every measurement starts from the same) and `messages` written to topics
+    of their own named for `tag`; (the settings naming them, messages/s produced)."""
+    stack.client.flushall()
+    settings = stack.settings(tag, **overrides)
+    ensure_topics(settings)
+    return settings, produce(settings.kafka_bootstrap, settings.topic_updates, messages)
