@@ -28,6 +28,7 @@ from worker.sources import (
     ACCEPTED,
     EPOCH,
     KAFKA_TIMEOUT_S,
+    commits_reader,
     describe_topic,
     group_commits,
     new_epoch,
@@ -50,7 +51,11 @@ def _group(settings: Settings, admin: AdminClient) -> _Group:
         topic_id, partitions = describe_topic(admin, topic)
     except Exception as exc:  # noqa: BLE001 - one line for the operator
         raise ConfigError(f"topic {topic}: {exc}") from None
-    return _Group(topic_id, partitions, group_commits(admin, settings.worker_group, topic))
+    reader = commits_reader(settings)
+    try:
+        return _Group(topic_id, partitions, group_commits(reader, topic, partitions))
+    finally:
+        reader.close()
 
 
 def recover(settings: Settings) -> list[str]:

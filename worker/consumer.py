@@ -452,6 +452,8 @@ class WorkerLoop:
         if self.abandoned or self.deadline.expired:
             return
         self._outputs.abort()
+        if self.guard is not None:
+            self.guard.close()  # the apply thread is idle (settled above): no check runs any more
         closer = threading.Thread(target=self._consumer.close, name="consumer-close", daemon=True)
         closer.start()
         closer.join(None if math.isinf(self.deadline.remaining()) else self.deadline.remaining())

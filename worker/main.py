@@ -31,7 +31,7 @@ from worker.fencing import PredecessorFence
 from worker.metrics import WorkerMetrics
 from worker.outputs import ProducerFenced, TransactionalOutputs
 from worker.publisher import CachePublisher
-from worker.sources import SourceGuard
+from worker.sources import SourceGuard, commits_reader
 
 _log = logging.getLogger(__name__)
 PRODUCER_MESSAGE_MAX_BYTES = 1_000_000  # librdkafka's default message.max.bytes
@@ -143,6 +143,7 @@ def build_loop(settings: Settings, metrics: WorkerMetrics) -> tuple[WorkerLoop, 
         client,
         lambda: AdminClient(settings.librdkafka()),
         applier,
+        make_reader=lambda: commits_reader(settings),
         key_prefix=settings.key_prefix,
         group=settings.worker_group,
         topic=settings.topic_updates,

@@ -21,7 +21,14 @@ the shutdown deadline may abandon):
 A blocked partition is paused and re-checked every few seconds; `rankstream recover` (rewind the
 group to what Redis holds) or `rankstream accept-redis` (start from what Redis holds) unblocks
 it. The boards' own fences carry the epoch too, so a board left from another data set is caught
-by apply.lua (worker/apply.py EpochMismatch)."""
+by apply.lua (worker/apply.py EpochMismatch).
+
+The group's commits are read by a consumer of the group that never joins it (`commits_reader`),
+not by the admin client: librdkafka's ListConsumerGroupOffsets dereferences the consumer-group
+handle an admin client does not have when the coordinator answers NOT_COORDINATOR or
+COORDINATOR_NOT_AVAILABLE (a broker that just started or restarted, or one too busy to answer
+in time), and the whole process dies of SIGSEGV (confluentinc/librdkafka#5040); a consumer
+re-queries its coordinator and retries."""
 
 from __future__ import annotations
 
@@ -29,13 +36,16 @@ import logging
 import secrets
 import time
 from collections.abc import Callable, Iterable
+from contextlib import suppress
 from dataclasses import dataclass
 
 import redis
-from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicCollection, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicCollection, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from common.clients import kafka_consumer
 from common.errors import InfrastructureError
+from common.settings import Settings
 from common.store.advance import raise_applied
 from common.store.keys import partition_sources
 from worker.apply import Applier, Source
@@ -114,6 +124,7 @@ class SourceGuard:
         make_admin: Callable[[], AdminClient],
         applier: Applier,
         *,
+        make_reader: Callable[[], Consumer],
         key_prefix: str,
         group: str,
         topic: str,
@@ -122,10 +133,11 @@ class SourceGuard:
     ) -> None:
         self._client = client
         self._make_admin = make_admin
-        self._admin = make_admin()
+        self._admin = make_admin()  # the topic's id and partitions
+        self._make_reader = make_reader
+        self._reader = make_reader()  # the group's commits (group_commits)
         self._applier = applier
         self._key = partition_sources(key_prefix, group, topic)
-        self._group = group
         self._topic = topic
         self._legacy_ttl_ms = legacy_ttl_ms
         self._adopt_window_ms = adopt_window_ms
@@ -229,10 +241,13 @@ class SourceGuard:
 
     def _commits(self, partitions: list[int]) -> dict[int, tuple[int, str | None]]:
         try:
-            return group_commits(self._admin, self._group, self._topic, partitions)
+            return group_commits(self._reader, self._topic, partitions)
         except KafkaException as exc:
-            # a new client next time: one that lived through a broker restart kept timing out
-            self._admin = self._make_admin()
+            # a new client next time (one that lived through a broker restart kept timing out);
+            # the old one is closed here, on the one thread that uses it, after its last call
+            old, self._reader = self._reader, self._make_reader()
+            with suppress(KafkaException, RuntimeError):
+                old.close()
             raise InfrastructureError(f"the group's committed offsets can't be read: {exc}") from exc
 
     def _remember(self, numbers: list[int], verdicts: list[Blocked]) -> list[Blocked]:
@@ -292,6 +307,12 @@ class SourceGuard:
     def _describe_topic(self) -> tuple[str, list[int]]:
         return describe_topic(self._admin, self._topic)
 
+    def close(self) -> None:
+        """Close the commits' reader. Only once no check can run any more (the apply thread idle,
+        worker/consumer.py close()): a call racing the close would use a destroyed client."""
+        with suppress(KafkaException, RuntimeError):
+            self._reader.close()
+
 
 def describe_topic(admin: AdminClient, topic: str) -> tuple[str, list[int]]:
     """The topic's id and partition numbers (raises KafkaException)."""
@@ -300,21 +321,24 @@ def describe_topic(admin: AdminClient, topic: str) -> tuple[str, list[int]]:
     return str(description.topic_id), [p.id for p in description.partitions]
 
 
-def group_commits(
-    admin: AdminClient, group: str, topic: str, partitions: list[int] | None = None
-) -> dict[int, tuple[int, str | None]]:
-    """partition -> (committed offset, epoch metadata) of the partitions of `topic` the group has
-    committed (all, or those asked for); Kafka's stable commits, so a dead owner's open
-    transaction does not hold the answer up (raises KafkaException)."""
-    wanted = None if partitions is None else [TopicPartition(topic, p) for p in partitions]
-    futures = admin.list_consumer_group_offsets(
-        [ConsumerGroupTopicPartitions(group, wanted)], request_timeout=KAFKA_TIMEOUT_S
-    )
-    return {
-        tp.partition: (tp.offset, tp.metadata or None)
-        for tp in futures[group].result().topic_partitions
-        if tp.topic == topic and tp.offset >= 0
-    }
+def commits_reader(settings: Settings) -> Consumer:
+    """What reads the worker group's commits (group_commits): a consumer of the group that never
+    subscribes, so it never joins the group; read_uncommitted, so it asks for the commits Kafka
+    has made stable without waiting on one still pending (a dead owner's open transaction does
+    not hold the answer up), as the admin client's call did."""
+    extra = {"group.id": settings.worker_group, "isolation.level": "read_uncommitted"}
+    return kafka_consumer(settings, {**extra, "enable.auto.commit": False})
+
+
+def group_commits(reader: Consumer, topic: str, partitions: list[int]) -> dict[int, tuple[int, str | None]]:
+    """partition -> (committed offset, epoch metadata) of those of `partitions` of `topic` the
+    group of `reader` (commits_reader) has committed (raises KafkaException; a partition the
+    answer has no offset for, because of an error, raises too rather than pass for uncommitted)."""
+    found = reader.committed([TopicPartition(topic, p) for p in partitions], timeout=KAFKA_TIMEOUT_S)
+    for tp in found:
+        if tp.error is not None:
+            raise KafkaException(tp.error)
+    return {tp.partition: (tp.offset, tp.metadata or None) for tp in found if tp.offset >= 0}
 
 
 def text(raw: bytes | str | None) -> str | None:

@@ -23,19 +23,19 @@ from unittest import mock
 import orjson
 import pytest
 import redis
-from confluent_kafka import ConsumerGroupTopicPartitions, Producer
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import Producer
 from prometheus_client.parser import text_string_to_metric_families
 
 from common.settings import Settings
 from common.store.keys import partition_sources
 from rankstream.recover import accept_redis, recover
 from rankstream.stack import LocalRedis, free_port
+from rankstream.topics import UPDATE_PARTITIONS
 from tests.helpers import applied_so_far, check_dlq, running_worker, wait_for, worker_env
 from tests.integration.test_worker_oracle import ROOT
 from tests.oracle import BOARDS, ORACLE_BOARDS, Message, Model, compare_redis, generate, now_ms, run_model
 from worker.apply import Applier
-from worker.sources import text
+from worker.sources import commits_reader, group_commits, text
 
 pytestmark = pytest.mark.integration
 Where = list[tuple[int, int]]  # each produced message's (partition, offset)
@@ -147,16 +147,14 @@ def producing(settings: Settings, messages: list[Message], every: int, pause_s: 
     assert len(where) == len(messages), "the producer thread failed"
 
 
-def committed(settings: Settings) -> dict[int, tuple[int, str]]:
-    """The group's committed offsets (partition -> (offset, metadata)), as an operator reads them."""
-    admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
-    request = [ConsumerGroupTopicPartitions(settings.worker_group)]
-    listed = admin.list_consumer_group_offsets(request, request_timeout=10)[settings.worker_group].result()
-    return {
-        tp.partition: (tp.offset, tp.metadata)
-        for tp in listed.topic_partitions
-        if tp.topic == settings.topic_updates and tp.offset >= 0
-    }
+def committed(settings: Settings) -> dict[int, tuple[int, str | None]]:
+    """The group's committed offsets (partition -> (offset, metadata)), as an operator reads them
+    (`rankstream recover`; not through the admin client, see worker/sources.py)."""
+    reader = commits_reader(settings)
+    try:
+        return group_commits(reader, settings.topic_updates, list(range(UPDATE_PARTITIONS)))
+    finally:
+        reader.close()
 
 
 def committed_count(settings: Settings) -> int:

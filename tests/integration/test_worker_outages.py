@@ -3,7 +3,11 @@ nothing is lost, nothing is applied twice: afterwards Redis equals the model exa
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
 import time
+import uuid
 
 import pytest
 import redis
@@ -13,6 +17,7 @@ from common.settings import Settings
 from rankstream.stack import LocalKafka, LocalRedis, free_port
 from rankstream.topics import UPDATE_PARTITIONS, ensure_topics
 from tests.helpers import applied_so_far, check_dlq, produce, running_worker, wait_for
+from tests.integration.test_worker_oracle import ROOT
 from tests.oracle import ORACLE_BOARDS, Message, compare_redis, generate, now_ms, run_model
 
 pytestmark = pytest.mark.integration
@@ -88,5 +93,68 @@ def test_kafka_outage_pauses_and_loses_nothing(make_settings, tmp_path, rclient)
                 lambda: committed_total(settings) == len(first) + len(second), 60, "everything committed"
             )
         compare_redis(rclient, settings.key_prefix, model)
+    finally:
+        broker.stop()
+
+
+# What the worker's SourceGuard does before a batch, in a child process: a crash fails the test
+# instead of killing the session. argv: bootstrap, topic, partitions, groups; prints the last
+# group's commits and how many reads Kafka refused (the worker rewinds and retries those).
+READ_COMMITS = """
+import sys
+from confluent_kafka import KafkaException
+from common.settings import load_settings
+from worker.sources import commits_reader, group_commits
+
+bootstrap, topic, partitions, *groups = sys.argv[1:]
+refused, found = 0, None
+for group in groups:
+    reader = commits_reader(load_settings({}, kafka_bootstrap=bootstrap, worker_group=group))
+    try:
+        found = group_commits(reader, topic, list(range(int(partitions))))
+    except KafkaException:
+        refused += 1
+    finally:
+        reader.close()
+print(sorted(found.items()) if found is not None else None, refused)
+"""
+
+
+def read_commits(bootstrap: str, topic: str, groups: list[str]) -> str:
+    proc = subprocess.run(
+        [sys.executable, "-c", READ_COMMITS, bootstrap, topic, str(UPDATE_PARTITIONS), *groups],
+        check=False,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    died = f"killed by {signal.Signals(-proc.returncode).name}" if proc.returncode < 0 else proc.returncode
+    assert proc.returncode == 0, f"reading the group's commits: {died}\n{proc.stderr[-2000:]}"
+    return proc.stdout.strip()
+
+
+def test_commits_are_read_while_the_coordinator_is_not_ready(make_settings, tmp_path):
+    """A broker that has just started answers offset fetches with NOT_COORDINATOR for a while;
+    the admin client's list_consumer_group_offsets turned that into a SIGSEGV of the whole
+    process (confluentinc/librdkafka#5040), every worker's first check after a start or a
+    broker restart. The worker's reader gets an error (the batch is retried), never a crash."""
+    broker = LocalKafka("kafka", tmp_path / "kafka", port=free_port(), controller_port=free_port())
+    broker.start()
+    try:
+        settings = make_settings(kafka_bootstrap=broker.bootstrap)
+        ensure_topics(settings)
+        fresh = [f"fresh-{uuid.uuid4().hex[:8]}-{i}" for i in range(20)]
+        read_commits(broker.bootstrap, settings.topic_updates, fresh)  # at once: no coordinator yet
+        epoch = "e" + uuid.uuid4().hex[:6]
+        writer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": settings.worker_group})
+        try:
+            offsets = [TopicPartition(settings.topic_updates, 1, 7, metadata=epoch)]
+            writer.commit(offsets=offsets, asynchronous=False)
+        finally:
+            writer.close()
+        assert read_commits(broker.bootstrap, settings.topic_updates, [settings.worker_group]) == (
+            f"[(1, (7, '{epoch}'))] 0"
+        )
     finally:
         broker.stop()
