@@ -23,6 +23,7 @@ from common.clients import redis_client
 from common.errors import ConfigError
 from common.settings import Settings
 from common.store.advance import raise_applied
+from common.store.encoding import text
 from common.store.keys import partition_sources
 from worker.sources import (
     ACCEPTED,
@@ -34,7 +35,6 @@ from worker.sources import (
     new_epoch,
     replay_field,
     stored_position,
-    text,
 )
 
 

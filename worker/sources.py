@@ -47,6 +47,7 @@ from common.clients import kafka_consumer
 from common.errors import InfrastructureError
 from common.settings import Settings
 from common.store.advance import raise_applied
+from common.store.encoding import text
 from common.store.keys import partition_sources
 from worker.apply import Applier, Source
 
@@ -93,10 +94,10 @@ class _Partition:
 
 def stored_position(raw: bytes | str | None, topic_id: str) -> int | None:
     """The last applied offset of a partition's record, None if absent or of another topic id."""
-    if raw is None:
+    value = text(raw)
+    if value is None:
         return None
-    text = raw.decode() if isinstance(raw, bytes) else raw
-    tid, _, offset = text.rpartition("|")
+    tid, _, offset = value.rpartition("|")
     return int(offset) if tid == topic_id else None
 
 
@@ -286,7 +287,8 @@ class SourceGuard:
         if LEGACY_UNTIL in mapping:
             pipe.hsetnx(self._key, LEGACY_UNTIL, mapping[LEGACY_UNTIL])
         pipe.hget(self._key, EPOCH)
-        epoch = text(pipe.execute()[-1])
+        stored: bytes | str | None = pipe.execute()[-1]
+        epoch = text(stored)
         _log.warning(
             "Redis had no epoch: started one",
             extra={"epoch": epoch, "adopting_previous_release": bool(committed)},
@@ -339,9 +341,3 @@ def group_commits(reader: Consumer, topic: str, partitions: list[int]) -> dict[i
         if tp.error is not None:
             raise KafkaException(tp.error)
     return {tp.partition: (tp.offset, tp.metadata or None) for tp in found if tp.offset >= 0}
-
-
-def text(raw: bytes | str | None) -> str | None:
-    if raw is None:
-        return None
-    return raw.decode() if isinstance(raw, bytes) else raw

@@ -14,11 +14,13 @@ millisecond up to 9999-12-31), so Redis' own bytewise ordering of equal-score me
 tie rule. Desc boards read with ZREVRANGE (equal scores: larger member first), asc boards with
 ZRANGE; `tie_mode` picks the prefix that makes the board's tie_break come out.
 
-Member state. The state hash holds "<score>|<tie ms>" per member (`format_state`).
+Member state. The state hash holds "<score>|<tie ms>" per member (`parse_state`; written by
+common/store/lua/encoding.lua).
 
-Memory. A hot window orders `memory_key(...)` bytes: an 8-byte order-preserving image of the
-score, then the tie-encoded member as Redis holds it, inverted for desc boards so the best
-member is always first; tests/integration/test_store_order.py proves it is Redis' order.
+Memory. A hot window orders `sortable_score(...) + memory_body(...)` bytes: an 8-byte
+order-preserving image of the score, then the tie-encoded member as Redis holds it, inverted
+for desc boards so the best member is always first; tests/integration/test_store_order.py
+proves it is Redis' order.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 from enum import IntEnum, StrEnum
+from typing import overload
 
 from common.boards import BoardType, Order, TieBreak
 
@@ -91,8 +94,18 @@ def format_score(score: float) -> str:
     return repr(value)
 
 
-def text(raw: bytes | str) -> str:
-    """A reply field as text (clients with and without decode_responses)."""
+@overload
+def text(raw: bytes | str) -> str: ...
+
+
+@overload
+def text(raw: bytes | str | None) -> str | None: ...
+
+
+def text(raw: bytes | str | None) -> str | None:
+    """A reply field as text (clients with and without decode_responses); None stays None."""
+    if raw is None:
+        return None
     return raw.decode() if isinstance(raw, bytes) else raw
 
 
@@ -100,10 +113,6 @@ def text(raw: bytes | str) -> str:
 class MemberState:
     score: float
     tie_ms: int
-
-
-def format_state(state: MemberState) -> str:
-    return f"{format_score(state.score)}|{state.tie_ms}"
 
 
 def parse_state(raw: bytes | str) -> MemberState | None:

@@ -27,6 +27,7 @@ from confluent_kafka import Producer
 from prometheus_client.parser import text_string_to_metric_families
 
 from common.settings import Settings
+from common.store.encoding import text
 from common.store.keys import partition_sources
 from rankstream.recover import accept_redis, recover
 from rankstream.stack import LocalRedis, free_port
@@ -35,7 +36,7 @@ from tests.helpers import applied_so_far, check_dlq, running_worker, wait_for, w
 from tests.integration.test_worker_oracle import ROOT
 from tests.oracle import BOARDS, ORACLE_BOARDS, Message, Model, compare_redis, generate, now_ms, run_model
 from worker.apply import Applier
-from worker.sources import commits_reader, group_commits, text
+from worker.sources import commits_reader, group_commits
 
 pytestmark = pytest.mark.integration
 Where = list[tuple[int, int]]  # each produced message's (partition, offset)

@@ -10,7 +10,7 @@
 --       ('' = none), window mask (bit i-1 set = the event counts in instance i), offset, where
 --       (source number * 1000 + array index + 1; 0 = no source), id fingerprint, and while
 --       adopting a previous release's board the key of its record of the id (common/store/keys.py).
--- Returns, per event: status (ST below; worker/apply.py Status), board seq, for FAILED the error
+-- Returns, per event: status (C.ST; common/store/encoding.py Status), board seq, for FAILED the error
 -- class its first delivery raised (op 'x' records that), and when "want state"
 -- (hot boards): per instance in its mask, "<score>|<tie ms>" or "" for an absent member, then
 -- the member's meta ('' if none), so update_cache always carries it. A board whose fence
@@ -101,9 +101,8 @@ local function prefetch(i, members)
   for j, member in ipairs(members) do
     local old = got[j]
     if old then
-      local bar = string.find(old, '|', 1, true)
-      local t = tonumber(string.sub(old, bar + 1))
-      ci[member] = {present = true, score = tonumber(string.sub(old, 1, bar - 1)), tie = t, rtie = t}
+      local score, t = ENC.parse_state(old)
+      ci[member] = {present = true, score = tonumber(score), tie = t, rtie = t}
     else
       ci[member] = {present = false}
     end
@@ -140,7 +139,7 @@ local function flush(i, list)
     if c.present then
       local text = fmt(c.score)
       hset[#hset + 1] = member
-      hset[#hset + 1] = text .. '|' .. fmt(c.tie)
+      hset[#hset + 1] = ENC.state(text, c.tie)
       add[#add + 1] = text
       add[#add + 1] = enc(c.tie, member)
     else
@@ -307,7 +306,7 @@ for _, ev in ipairs(events) do
   if want_state then
     for _, i in ipairs(inst) do
       local c = load(i, member)
-      out[#out + 1] = c.present and (fmt(c.score) .. '|' .. fmt(c.tie)) or ''
+      out[#out + 1] = c.present and ENC.state(fmt(c.score), c.tie) or ''
     end
     out[#out + 1] = metas[member] or ''
   end

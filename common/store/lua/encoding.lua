@@ -9,6 +9,17 @@ function ENC.score(x)
   return string.format('%.17g', x)
 end
 
+-- a member's state in a state hash: "<score text>|<tie ms>" (common/store/encoding.py parse_state)
+function ENC.state(score_text, tie)
+  return score_text .. '|' .. ENC.score(tie)
+end
+
+-- the score text and the tie ms of a state
+function ENC.parse_state(raw)
+  local bar = string.find(raw, '|', 1, true)
+  return string.sub(raw, 1, bar - 1), tonumber(string.sub(raw, bar + 1))
+end
+
 -- the zset member of `member` that reached its score at `tie` ms, for tie mode inv|fwd|none;
 -- prefixes are formatted once per tie value per script call
 local prefixes = {}

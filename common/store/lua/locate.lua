@@ -29,8 +29,7 @@ for k = A._N + 1, #ARGV do
   if not state then
     row[M.STATE], row[M.POSITION], row[M.BETTER], row[M.META] = '', -1, -1, ''
   else
-    local bar = string.find(state, '|', 1, true)
-    local score, tie = string.sub(state, 1, bar - 1), tonumber(string.sub(state, bar + 1))
+    local score, tie = ENC.parse_state(state)
     local pos = natural_position(enc(tie, member))
     if reverse then pos = total - 1 - pos end
     local better
