@@ -32,6 +32,7 @@ class Target:
     instance: str
     reverse: bool  # the caller's `order` is the opposite of the board's
     ties: Ties
+    period_start_ms: int = 0  # 0 for total
 
     def describe(self) -> dict[str, object]:
         return {"board": self.board, "window": self.window, "period": self.period}
@@ -95,7 +96,7 @@ def target(request: web.Request) -> Target:
     except KeyError:
         raise ApiError(400, "bad_window", f"window {name!r} is not configured for this board") from None
     if window.kind is WindowKind.TOTAL:
-        period_label, instance = "all", TOTAL_INSTANCE
+        period_label, instance, start_ms = "all", TOTAL_INSTANCE, 0
     elif window.kind in CALENDAR_KINDS:
         state = request.app[APP_STATE]
         tz, now = state.boards.timezone, int(time.time() * 1000)
@@ -113,7 +114,7 @@ def target(request: web.Request) -> Target:
                 raise ApiError(400, "bad_period", message)
         else:
             period = period_at(window.kind, int_param(request, "at", now, MIN_TS_MS, latest), tz)
-        period_label, instance = period.id, window_instance(name, period.id)
+        period_label, instance, start_ms = period.id, window_instance(name, period.id), period.start_ms
     else:
         raise ApiError(400, "bad_window", f"rolling window {name!r} is not served yet")
     order = request.query.get("order", board_type.order.value)
@@ -123,4 +124,4 @@ def target(request: web.Request) -> Target:
     if ties not in {"ordinal", "shared"}:
         raise ApiError(400, "bad_parameter", "ties must be ordinal or shared")
     reverse = Order(order) is not board_type.order
-    return Target(board, board_type, name, period_label, instance, reverse, Ties(ties))
+    return Target(board, board_type, name, period_label, instance, reverse, Ties(ties), start_ms)

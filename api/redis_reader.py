@@ -4,18 +4,22 @@ from __future__ import annotations
 
 import redis.asyncio as aioredis
 
-from common.boards import BoardType, Order
+from api.params import Target
+from common.boards import Order
 from common.store import reads
-from common.store.encoding import tie_mode
+from common.store.encoding import tie_mode, window_packing
 from common.store.keys import BoardKeys
 
 
 class RedisBoardReader:
     source = "redis"
 
-    def __init__(self, client: aioredis.Redis, keys: BoardKeys, board_type: BoardType, instance: str) -> None:
+    def __init__(self, client: aioredis.Redis, keys: BoardKeys, where: Target) -> None:
         self._client = client
-        self._ref = reads.WindowRef(keys, instance, board_type.order is Order.DESC, tie_mode(board_type))
+        board_type = where.board_type
+        packing = window_packing(board_type, board_type.window(where.window), where.period_start_ms)
+        desc = board_type.order is Order.DESC
+        self._ref = reads.WindowRef(keys, where.instance, desc, tie_mode(board_type), packing)
 
     async def page(self, start: int, stop: int, reverse: bool) -> reads.Page:
         return await reads.top(self._client, self._ref, start, stop, reverse)

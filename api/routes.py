@@ -34,7 +34,7 @@ def reader_for(request: web.Request, where: Target) -> BoardReader:
         state.metrics.hot_reads.labels(where.board).inc()
         return MemoryBoardReader(hot, where.instance)
     keys = BoardKeys(state.key_prefix, where.board)
-    return RedisBoardReader(state.redis, keys, where.board_type, where.instance)
+    return RedisBoardReader(state.redis, keys, where)
 
 
 async def top(request: web.Request) -> web.Response:

@@ -21,6 +21,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from common.errors import ConfigError
+from common.store.packing import packable, packable_bounds, tie_bits
 
 # Use with fullmatch: a board id is "<type>" or "<type>:<scope>", and it ends up inside a Redis
 # hash tag, so braces, spaces and control characters are kept out by construction.
@@ -42,6 +43,7 @@ MAX_RETENTION: Mapping[str, int] = MappingProxyType(
     {"hour": 400 * 24, "day": 100 * 366, "week": 100 * 53, "month": 100 * 12, "year": 100}
 )
 MAX_LATE_GRACE_MS = 366 * 86_400_000
+_EXACT_INTEGER = 2**53 - 1  # common/store/encoding.py EXACT_MAX (which imports this module)
 
 
 class Order(StrEnum):
@@ -87,6 +89,9 @@ class BoardType:
     retention: Mapping[str, int]
     max_members: int | None
     late_grace_ms: int
+    # declared: every score of the type is an integer in [low, high] (common/store/encoding.py
+    # packs the tie into the score of the windows where both fit in 53 bits)
+    score_range: tuple[int, int] | None = None
 
     def window(self, name: str) -> Window:
         for window in self.windows:
@@ -192,6 +197,7 @@ class _TypeModel(_Strict):
     retention: dict[str, Annotated[int, Field(ge=1)]] = Field(default_factory=dict)
     max_members: Annotated[int, Field(ge=1)] | None = None
     late_grace: str = "10m"
+    score_range: list[int] | None = None
 
 
 class _HotModel(_Strict):
@@ -345,7 +351,7 @@ def _build_type(name: str, model: _TypeModel, path: str) -> BoardType:
     late_grace_ms = _parse_duration(model.late_grace, f"{path}.late_grace")
     if late_grace_ms > MAX_LATE_GRACE_MS:
         raise _InvalidConfigError(f"{path}.late_grace", f"at most 366d, got {model.late_grace!r}")
-    return BoardType(
+    board_type = BoardType(
         name=name,
         order=Order(model.order),
         tie_break=TieBreak(model.tie_break),
@@ -353,7 +359,36 @@ def _build_type(name: str, model: _TypeModel, path: str) -> BoardType:
         retention=MappingProxyType(retention),
         max_members=model.max_members,
         late_grace_ms=late_grace_ms,
+        score_range=_score_range(model.score_range, f"{path}.score_range"),
     )
+    if board_type.score_range is not None:
+        _check_packing(board_type, f"{path}.score_range")
+    return board_type
+
+
+def _score_range(values: list[int] | None, path: str) -> tuple[int, int] | None:
+    if values is None:
+        return None
+    if len(values) != 2 or values[0] >= values[1]:
+        raise _InvalidConfigError(path, f"expected [min, max] with min < max, got {values}")
+    low, high = values
+    if max(abs(low), abs(high)) > _EXACT_INTEGER:
+        raise _InvalidConfigError(path, f"scores are exact up to +/-(2^53 - 1), got {values}")
+    return low, high
+
+
+def _check_packing(board_type: BoardType, path: str) -> None:
+    """A declared range must leave room for the tie of every calendar window in 53 bits."""
+    assert board_type.score_range is not None
+    for window in board_type.windows:
+        bits = tie_bits(window.kind.value, board_type.tie_break is not TieBreak.NONE)
+        if window.kind in CALENDAR_KINDS and bits is not None and not packable(board_type.score_range, bits):
+            low, high = packable_bounds(bits)
+            raise _InvalidConfigError(
+                path,
+                f"window {window.name!r} keeps {bits} bits of tie time beside the score, which leaves "
+                f"[{low}, {high}] for scores within 53 bits; got {list(board_type.score_range)}",
+            )
 
 
 def _parse_window(name: str, path: str) -> Window:

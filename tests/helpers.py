@@ -24,7 +24,7 @@ from api.app import create_app
 from common.boards import load_boards
 from common.settings import Settings
 from rankstream.stack import free_port
-from tests.oracle import BOARDS, Model
+from tests.oracle import BOARDS, RANGED_BOARDS, Model
 from tests.oracle import Message as StreamMessage
 from worker.consumer import WorkerLoop
 from worker.dlq import HEADER_INDEX, HEADER_PARTITION, HEADER_REASON
@@ -106,7 +106,7 @@ def produce(settings: Settings, messages: list[StreamMessage]) -> None:
 
 def applied_so_far(rclient: redis.Redis, settings: Settings) -> int:
     """Events applied so far over the oracle's boards: the sum of their seq numbers."""
-    keys = [f"{settings.key_prefix}{{{b}}}:seq" for b in BOARDS]
+    keys = [f"{settings.key_prefix}{{{b}}}:seq" for b in [*BOARDS, *RANGED_BOARDS]]
     return sum(int(v or 0) for v in rclient.mget(keys))
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, cast
@@ -28,6 +28,15 @@ types:
   capped: {windows: [total, day], max_members: 20, late_grace: 1d}
   default: {windows: [total, week], late_grace: 1d}
 """
+# A type that declares its score range (its day and week windows pack ties into scores), for the
+# suites of this release; the upgrade test's previous release doesn't know the key.
+RANGED_TYPE = (
+    "  ranged: {windows: [total, day, week], score_range: [-50, 20000], max_members: 15, late_grace: 1d}\n"
+)
+RANGED_BOARDS = [f"ranged:g{i}" for i in range(6)]
+ORACLE_BOARDS_RANGED = ORACLE_BOARDS + RANGED_TYPE
+RANGE = {"ranged": (-50, 20_000)}
+PACKED_BITS = {"ranged": {"day": 27, "week": 30}}  # a day's ms fit 27 bits, a week's 30
 TZ = ZoneInfo("Asia/Shanghai")
 WINDOWS = {
     "gift": ["total", "hour", "day", "week", "month"],
@@ -35,10 +44,18 @@ WINDOWS = {
     "plain": ["total"],
     "capped": ["total", "day"],
     "misc": ["total", "week"],  # not configured: falls back to `default`
+    "ranged": ["total", "day", "week"],
 }
 ASC = {"score"}
-TIE = {"gift": "first", "score": "last", "plain": "none", "capped": "first", "misc": "first"}
-CAP = {"capped": 20}
+TIE = {
+    "gift": "first",
+    "score": "last",
+    "plain": "none",
+    "capped": "first",
+    "misc": "first",
+    "ranged": "first",
+}
+CAP = {"capped": 20, "ranged": 15}
 GRACE_MS = 86_400_000
 EXACT = 2**53 - 1
 DAY_MS = 86_400_000
@@ -120,7 +137,10 @@ class Model:
             if old is not None and new == old[0]:
                 continue
             planned[inst] = (new, ts)
-        if any(p is not None and abs(p[0]) > EXACT for p in planned.values()):
+        low, high = RANGE.get(kind, (-EXACT, EXACT))
+        integral = kind in RANGE
+        if any(p is not None and not (low <= p[0] <= high and (p[0].is_integer() or not integral))
+               for p in planned.values()):  # fmt: skip
             if (board, event["id"]) not in self.seen:
                 self.dlq.append(("score_out_of_range", raw, index))
             return
@@ -235,7 +255,7 @@ def _bad(rng: random.Random, board: str, now_ms: int, n: int) -> tuple[bytes, st
     return b"[]", "empty_batch", None
 
 
-def generate(seed: int, total: int, now_ms: int) -> Iterator[Message]:
+def generate(seed: int, total: int, now_ms: int, boards: Sequence[str] = BOARDS) -> Iterator[Message]:
     """About `total` events: 10% re-produced duplicates, 2% bad, some arrays, one board walking
     into the exact limit. Events of one board always share a key (one partition, one order)."""
     rng = random.Random(seed)
@@ -251,7 +271,7 @@ def generate(seed: int, total: int, now_ms: int) -> Iterator[Message]:
             yield rng.choice(produced)  # the same bytes again: a producer retry
             n += 1
             continue
-        board = rng.choice(BOARDS)
+        board = rng.choice(boards)
         if roll < 0.12:
             value, reason, index = _bad(rng, board, now_ms, n)
             yield Message(board.encode(), value, [], [(reason, index)])
@@ -302,28 +322,27 @@ def compare_redis(client: redis.Redis, prefix: str, model: Model) -> int:
     """Assert every board, window instance, member, rank, meta and seq equal the model.
     Returns the number of (board, instance, member) entries compared."""
     compared = 0
-    for board in BOARDS:
+    for board in [*BOARDS, *sorted(set(model.seq) - set(BOARDS))]:
         tag = f"{prefix}{{{board}}}"
         kind = board.split(":")[0]
         assert int(client.get(f"{tag}:seq") or 0) == model.seq.get(board, 0), f"seq of {board}"
-        redis_instances = {
-            _text(k).split(":h:", 1)[1] for k in client.scan_iter(match=f"{tag}:h:*", count=1000)
-        }
+        general = {_text(k).split(":h:", 1)[1] for k in client.scan_iter(match=f"{tag}:h:*", count=1000)}
+        packed = {_text(k).split(":p:", 1)[1] for k in client.scan_iter(match=f"{tag}:p:*", count=1000)}
+        assert not general & packed, f"{board}: an instance in both layouts"
         model_instances = {i for i, members in model.state.get(board, {}).items() if members}
-        assert redis_instances == model_instances, f"window instances of {board}"
+        assert general | packed == model_instances, f"window instances of {board}"
         for inst in model_instances:
             expected = model.state[board][inst]
-            raw = client.hgetall(f"{tag}:h:{inst}")
-            got = {}
-            for m, v in raw.items():
-                score, tie = _text(v).split("|")
-                got[_text(m)] = (float(score), int(tie))
+            bits = PACKED_BITS.get(kind, {}).get(inst.split(":")[0])
+            assert (inst in packed) == (bits is not None), f"layout of {board} {inst}"
+            got = _read_states(client, tag, inst) if bits is None else read_packed(client, tag, inst, bits)
             assert got == expected, f"states of {board} {inst}"
             order = model.ranking(board, inst)
             cap = CAP.get(kind)
             asc = kind in ASC
-            ranked = _read_zset(client, f"{tag}:z:{inst}", asc, TIE[kind])
-            overflow = _read_zset(client, f"{tag}:o:{inst}", asc, TIE[kind])
+            z, o, tie = ("z", "o", TIE[kind]) if bits is None else ("p", "q", "none")
+            ranked = _read_zset(client, f"{tag}:{z}:{inst}", asc, tie)
+            overflow = _read_zset(client, f"{tag}:{o}:{inst}", asc, tie)
             if cap is None:
                 assert ranked == order and overflow == [], f"ranking of {board} {inst}"
             else:
@@ -333,6 +352,33 @@ def compare_redis(client: redis.Redis, prefix: str, model: Model) -> int:
         meta = {_text(m): v for m, v in client.hgetall(f"{tag}:meta").items()}
         assert meta == model.meta.get(board, {}), f"meta of {board}"
     return compared
+
+
+def _read_states(client: redis.Redis, tag: str, inst: str) -> dict[str, tuple[float, int]]:
+    got = {}
+    for m, v in client.hgetall(f"{tag}:h:{inst}").items():
+        score, tie = _text(v).split("|")
+        got[_text(m)] = (float(score), int(tie))
+    return got
+
+
+def read_packed(client: redis.Redis, tag: str, inst: str, bits: int) -> dict[str, tuple[float, int]]:
+    """A packed instance (desc, tie first: a later time packs smaller), decoded independently."""
+    window, pid = inst.split(":", 1)
+    if window == "day":
+        start = datetime.strptime(pid, "%Y-%m-%d")
+    else:
+        year, week = pid.split("-W")
+        start = datetime.fromisocalendar(int(year), int(week), 1)
+    base = int(start.replace(tzinfo=TZ).timestamp() * 1000)
+    mask = (1 << bits) - 1
+    got = {}
+    for key in (f"{tag}:p:{inst}", f"{tag}:q:{inst}"):
+        for m, v in cast(list[tuple[bytes, float]], client.zrange(key, 0, -1, withscores=True)):
+            value = int(v)
+            assert value == v, f"a packed value is an exact integer: {v!r}"
+            got[_text(m)] = (float(value >> bits), base + mask - (value & mask))
+    return got
 
 
 def _text(raw: bytes | str) -> str:

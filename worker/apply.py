@@ -16,8 +16,16 @@ from common.errors import InfrastructureError
 from common.events import Op, UpdateEvent
 from common.idwindow import LISTPACK_CAP, fingerprint
 from common.periods import CALENDAR_KINDS, PeriodCache, expire_at_ms
-from common.store.apply import ApplyEvent, ApplyReply, ApplyRequest, ApplyScript, FenceSource, ForeignEpoch
-from common.store.encoding import MemberState, Status, tie_mode
+from common.store.apply import (
+    ApplyEvent,
+    ApplyReply,
+    ApplyRequest,
+    ApplyScript,
+    FenceSource,
+    ForeignEpoch,
+    Instance,
+)
+from common.store.encoding import MemberState, Status, tie_mode, window_packing
 from common.store.keys import TOTAL_INSTANCE, BoardKeys, window_instance
 from worker.faults import is_infrastructure
 
@@ -84,7 +92,7 @@ _FOREVER = 2**62
 class _Slots:
     start_ms: int  # valid for event times in [start_ms, end_ms)
     end_ms: int
-    slots: list[tuple[str, int, int]]  # (instance, expire-at ms or 0, late after ms)
+    slots: list[tuple[Instance, int]]  # (instance, late after ms)
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,25 +119,25 @@ class _Chunk:
 
     board: str
     board_type: BoardType
-    instances: dict[str, tuple[int, int]] = field(default_factory=dict)  # instance -> (bit, expire)
+    instances: dict[str, tuple[int, Instance]] = field(default_factory=dict)  # name -> (bit, instance)
     events: list[_Entry] = field(default_factory=list)
     sources: dict[str, tuple[int, Source]] = field(default_factory=dict)  # field -> (number, source)
 
-    def fits(self, pairs: list[tuple[str, int]]) -> bool:
-        new = sum(1 for name, _ in pairs if name not in self.instances)
+    def fits(self, pairs: list[Instance]) -> bool:
+        new = sum(1 for inst in pairs if inst.name not in self.instances)
         return len(self.events) < MAX_EVENTS_PER_CALL and len(self.instances) + new <= MAX_INSTANCES_PER_CALL
 
     def add(
-        self, event: UpdateEvent, ts: int, pairs: list[tuple[str, int]], late: int, position: Position | None
+        self, event: UpdateEvent, ts: int, pairs: list[Instance], late: int, position: Position | None
     ) -> None:
         mask = 0
-        for name, expire in pairs:
-            bit, _ = self.instances.setdefault(name, (len(self.instances), expire))
+        for inst in pairs:
+            bit, _ = self.instances.setdefault(inst.name, (len(self.instances), inst))
             mask |= 1 << bit
         if position is not None:
             source = position.source
             self.sources.setdefault(source.field, (len(self.sources) + 1, source))
-        self.events.append(_Entry(event, ts, mask, [name for name, _ in pairs], late, position))
+        self.events.append(_Entry(event, ts, mask, [inst.name for inst in pairs], late, position))
 
     def where(self, position: Position | None) -> int:
         """apply.lua's `where`: source number * 1000 + array index + 1 (0: no position)."""
@@ -172,27 +180,29 @@ class Applier:
         if cached is not None and cached.start_ms <= ts < cached.end_ms:
             return cached
         start, end = 0, _FOREVER
-        slots: list[tuple[str, int, int]] = []
+        slots: list[tuple[Instance, int]] = []
         for window in board_type.windows:
             if window.kind is WindowKind.TOTAL:
-                slots.append((TOTAL_INSTANCE, 0, _FOREVER))
+                packing = window_packing(board_type, window, 0)
+                slots.append((Instance(TOTAL_INSTANCE, 0, packing), _FOREVER))
             elif window.kind in CALENDAR_KINDS:
                 period = self._periods.at(window.kind, ts)
                 expire = expire_at_ms(period, board_type.retention[window.name], self._boards.timezone)
                 # a period whose keys already expired can't take the event either: PEXPIREAT in
                 # the past would delete the whole period (retention 1 with a late grace did)
                 late_after = min(period.end_ms + board_type.late_grace_ms, expire)
-                slots.append((window_instance(window.name, period.id), expire, late_after))
+                packing = window_packing(board_type, window, period.start_ms)
+                slots.append((Instance(window_instance(window.name, period.id), expire, packing), late_after))
                 start, end = max(start, period.start_ms), min(end, period.end_ms)
             # rolling windows (last_<N>...) are not applied yet: see README "Windows"
         cached = _Slots(start, end, slots)
         self._slot_cache[board_type.name] = cached
         return cached
 
-    def _instances(self, board_type: BoardType, ts: int, now: int) -> tuple[list[tuple[str, int]], int]:
-        """(instance, expire-at) pairs the event counts in, and how many closed periods it missed."""
+    def _instances(self, board_type: BoardType, ts: int, now: int) -> tuple[list[Instance], int]:
+        """The instances the event counts in, and how many closed periods it missed."""
         slots = self._slots(board_type, ts).slots
-        out = [(name, expire) for name, expire, late_after in slots if now < late_after]
+        out = [inst for inst, late_after in slots if now < late_after]
         return out, len(slots) - len(out)
 
     def _chunks(
@@ -244,7 +254,7 @@ class Applier:
             )
         return ApplyRequest(
             keys=keys,
-            instances=[(name, expire) for name, (_, expire) in chunk.instances.items()],
+            instances=[inst for _, inst in chunk.instances.values()],
             mode=tie_mode(board_type),
             desc=board_type.order.value == "desc",
             max_members=board_type.max_members or 0,
@@ -256,6 +266,7 @@ class Applier:
             sources=[FenceSource(s.field, s.topic_id, s.low_water) for _, s in chunk.sources.values()],
             events=events,
             ids=[entry.event.id for entry in chunk.events],
+            score_range=board_type.score_range,
         )
 
     def apply(
@@ -297,7 +308,7 @@ class Applier:
         outcomes: list[Outcome] = []
         for entry in chunk.events:
             single = _Chunk(chunk.board, chunk.board_type)
-            pairs = [(n, chunk.instances[n][1]) for n in entry.names]
+            pairs = [chunk.instances[n][1] for n in entry.names]
             single.add(entry.event, entry.ts, pairs, entry.late, entry.position)
             try:
                 (reply,) = self._script.run_many(self._client, [self._request(single, want)])

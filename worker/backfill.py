@@ -13,7 +13,9 @@ import redis
 
 from common.boards import BoardsConfig, WindowKind
 from common.cache_records import marker_record, state_record
+from common.periods import parse_period
 from common.store import scan
+from common.store.encoding import Packing, window_bits, window_packing
 from common.store.keys import BoardKeys
 from worker.publisher import CachePublisher
 
@@ -22,12 +24,20 @@ LOCK_MS = 600_000
 
 
 def _instances(client: redis.Redis, keys: BoardKeys, windows: tuple[str, ...], boards: BoardsConfig,
-               board_type_name: str) -> list[str]:  # fmt: skip
+               board_type_name: str) -> list[tuple[str, Packing | None]]:  # fmt: skip
+    """Every instance of the hot windows Redis holds, and how each packs."""
     board_type = boards.type_for(board_type_name)
     assert board_type is not None
-    out: list[str] = []
+    out: list[tuple[str, Packing | None]] = []
     for name in windows:
-        out += scan.instances(client, keys, name, board_type.window(name).kind is WindowKind.TOTAL)
+        window = board_type.window(name)
+        total = window.kind is WindowKind.TOTAL
+        packed = window_bits(board_type, window) is not None
+        for instance in scan.instances(client, keys, name, total, packed):
+            start = (
+                0 if total else parse_period(window.kind, instance.split(":", 1)[1], boards.timezone).start_ms
+            )
+            out.append((instance, window_packing(board_type, window, start)))
     return out
 
 
@@ -49,8 +59,10 @@ def backfill_board(
     try:
         seq0 = int(client.get(keys.seq) or 0)
         published = 0
-        for instance in _instances(client, keys, boards.hot_windows(board), boards, board.split(":", 1)[0]):
-            for page in scan.state_pages(client, keys, instance):
+        for instance, packing in _instances(
+            client, keys, boards.hot_windows(board), boards, board.split(":", 1)[0]
+        ):
+            for page in scan.state_pages(client, keys, instance, packing):
                 for row in page:
                     record = state_record(
                         board,

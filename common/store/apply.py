@@ -13,15 +13,26 @@ from typing import Any, NamedTuple
 
 import redis
 
-from common.store.encoding import MemberState, Status, TieMode, format_score, parse_state, text
+from common.store.encoding import (
+    EXACT_MAX,
+    MemberState,
+    Packing,
+    Status,
+    TieMode,
+    format_score,
+    parse_state,
+    text,
+)
 from common.store.keys import BoardKeys
 from common.store.scripts import ArgT, Call, load_script
 
 # where each field goes (apply.lua reads the positions from the tables of the same names)
 KEY = ("SEQ", "META", "FENCE", "IDW")  # the board's keys, then INST per instance
 INST = ("RANK", "OVERFLOW", "STATE")
-H = ("W", "E", "MODE", "DESC", "MAXM", "STATE", "EPOCH", "WINDOW", "CAP", "LEGACY_TTL", "S")  # ARGV header
-SRC = ("FIELD", "TOPIC", "LOW")  # ARGV per source, after the header; then an expire-at per instance
+H = ("W", "E", "MODE", "DESC", "MAXM", "STATE", "EPOCH", "WINDOW", "CAP", "LEGACY_TTL", "S",
+     "LOW", "HIGH", "INTEGRAL")  # ARGV header  # fmt: skip
+SRC = ("FIELD", "TOPIC", "LOW")  # ARGV per source, after the header; then IA per instance
+IA = ("EXPIRE", "BITS", "BASE")  # ARGV per instance, after the sources; BITS -1 = general layout
 
 FOREIGN_EPOCH = -1  # the reply's first field when the board's fence belongs to another epoch
 
@@ -51,10 +62,18 @@ class ApplyEvent(NamedTuple):
     legacy_key: str = ""  # while adopting the previous release: its record of the id (else unsent)
 
 
+class Instance(NamedTuple):
+    """One window instance a request writes (the events' masks count in request order)."""
+
+    name: str  # `total` or `<window>:<period id>`
+    expire_at_ms: int  # 0 = never
+    packing: Packing | None = None  # a packed window (common/store/packing.py)
+
+
 @dataclass(frozen=True, slots=True)
 class ApplyRequest:
     keys: BoardKeys
-    instances: Sequence[tuple[str, int]]  # (instance, expire-at ms or 0 = never), bit order
+    instances: Sequence[Instance]
     mode: TieMode
     desc: bool
     max_members: int  # 0 = unlimited
@@ -66,6 +85,7 @@ class ApplyRequest:
     sources: Sequence[FenceSource]
     events: Sequence[ApplyEvent]
     ids: Sequence[str] = ()  # the events' ids, for logs and tests; not sent
+    score_range: tuple[int, int] | None = None  # declared: integer scores within it, else refused
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +109,7 @@ ApplyReply = list[EventReply] | ForeignEpoch
 
 EV = tuple(name.upper() for name in ApplyEvent._fields)  # ARGV per event (LEGACY_KEY last)
 _SCORE = EV.index("SCORE")
-LAYOUTS = (("KEY", KEY), ("INST", INST), ("H", H), ("SRC", SRC), ("EV", EV))
+LAYOUTS = (("KEY", KEY), ("INST", INST), ("H", H), ("SRC", SRC), ("IA", IA), ("EV", EV))
 
 
 def _event_args(ev: ApplyEvent) -> tuple[ArgT, ...]:
@@ -115,11 +135,12 @@ class ApplyScript:
             "IDW": keys.id_window,
         }
         key_list = [board[name] for name in KEY]
-        for name, _ in req.instances:
+        for name, _, packing in req.instances:
+            packed = packing is not None
             per: dict[str, str] = {
-                "RANK": keys.rank(name),
-                "OVERFLOW": keys.overflow(name),
-                "STATE": keys.state(name),
+                "RANK": keys.rank(name, packed),
+                "OVERFLOW": keys.overflow(name, packed),
+                "STATE": keys.state(name),  # unused by a packed window
             }
             key_list += [per[field] for field in INST]
         header: dict[str, str | int] = {
@@ -134,6 +155,9 @@ class ApplyScript:
             "CAP": req.listpack_cap,
             "LEGACY_TTL": req.legacy_ttl_ms,
             "S": len(req.sources),
+            "LOW": -EXACT_MAX if req.score_range is None else req.score_range[0],
+            "HIGH": EXACT_MAX if req.score_range is None else req.score_range[1],
+            "INTEGRAL": "0" if req.score_range is None else "1",
         }
         args: list[ArgT] = [header[name] for name in H]
         for source in req.sources:
@@ -143,7 +167,13 @@ class ApplyScript:
                 "LOW": source.low_water,
             }
             args += [fields[name] for name in SRC]
-        args += [expire for _, expire in req.instances]
+        for _, expire, packing in req.instances:
+            per_arg: dict[str, int] = {
+                "EXPIRE": expire,
+                "BITS": -1 if packing is None else packing.bits,
+                "BASE": 0 if packing is None else packing.base_ms,
+            }
+            args += [per_arg[name] for name in IA]
         legacy = req.legacy_ttl_ms > 0  # EV's last field, LEGACY_KEY, is sent only while adopting
         for ev in req.events:
             args += _event_args(ev) if legacy else _event_args(ev)[:-1]

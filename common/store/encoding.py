@@ -14,6 +14,10 @@ millisecond up to 9999-12-31), so Redis' own bytewise ordering of equal-score me
 tie rule. Desc boards read with ZREVRANGE (equal scores: larger member first), asc boards with
 ZRANGE; `tie_mode` picks the prefix that makes the board's tie_break come out.
 
+Packed windows. A board type that declares its score range keeps, in the windows where it fits,
+the tie inside an integer score and the member's id as the zset member (common/store/packing.py,
+`Packing`): one sorted-set entry per member, no tie prefix, no state hash.
+
 Member state. The state hash holds "<score>|<tie ms>" per member (`parse_state`; written by
 common/store/lua/encoding.lua).
 
@@ -25,12 +29,14 @@ proves it is Redis' order.
 
 from __future__ import annotations
 
+import math
 import struct
 from dataclasses import dataclass
 from enum import IntEnum, StrEnum
 from typing import overload
 
-from common.boards import BoardType, Order, TieBreak
+from common.boards import BoardType, Order, TieBreak, Window
+from common.store.packing import packable, tie_bits
 
 EXACT_MAX = 2**53 - 1
 TIE_BYTES = 6  # 48 bits of milliseconds, beyond year 9999
@@ -64,6 +70,21 @@ def tie_mode(board_type: BoardType) -> TieMode:
     if (board_type.order is Order.DESC) == earlier_first:
         return TieMode.INV
     return TieMode.FWD
+
+
+def window_bits(board_type: BoardType, window: Window) -> int | None:
+    """The tie bits a window of the type packs beside its scores; None: the general layout."""
+    if board_type.score_range is None:
+        return None
+    bits = tie_bits(window.kind.value, board_type.tie_break is not TieBreak.NONE)
+    return bits if bits is not None and packable(board_type.score_range, bits) else None
+
+
+def window_packing(board_type: BoardType, window: Window, period_start_ms: int) -> Packing | None:
+    """How an instance of the window (its period starting at `period_start_ms`; 0 for total)
+    packs; None: the general layout."""
+    bits = window_bits(board_type, window)
+    return None if bits is None else Packing(bits, period_start_ms, tie_mode(board_type) is TieMode.INV)
 
 
 def _tie_value(mode: TieMode, tie_ms: int) -> int:
@@ -122,6 +143,52 @@ def parse_state(raw: bytes | str) -> MemberState | None:
         return None
     score, tie = value.split("|")
     return MemberState(float(score), int(tie))
+
+
+@dataclass(frozen=True, slots=True)
+class Packing:
+    """One packed window instance: `bits` of tie time beside the score, counted from `base_ms`
+    (the start of the instance's period), inverted when the tie mode is inv."""
+
+    bits: int
+    base_ms: int
+    inv: bool
+
+    def pack(self, score: int, tie_ms: int) -> int:
+        offset = tie_ms - self.base_ms
+        if not 0 <= offset < 1 << self.bits:
+            raise ValueError(f"tie {tie_ms} is outside the {self.bits}-bit period from {self.base_ms}")
+        return (score << self.bits) + ((1 << self.bits) - 1 - offset if self.inv else offset)
+
+    def unpack(self, value: float | bytes | str) -> MemberState:
+        packed = int(float(value))
+        score, offset = packed >> self.bits, packed & ((1 << self.bits) - 1)
+        tie = (1 << self.bits) - 1 - offset if self.inv else offset
+        return MemberState(float(score), self.base_ms + tie if self.bits else 0)
+
+    def score_of(self, value: float | bytes | str) -> float:
+        """The score of a packed value (a reply field, exact: packed values stay within 2**53)."""
+        return float(int(float(value)) >> self.bits)
+
+    def at_least(self, score: float) -> int:
+        """The smallest packed value of a score >= `score`."""
+        return math.ceil(score) << self.bits
+
+    def above(self, score: float) -> int:
+        """The smallest packed value of a score > `score`."""
+        return (math.floor(score) + 1) << self.bits
+
+
+def packed_bound(packing: Packing, bound: str, low: bool) -> str:
+    """A ZCOUNT bound on scores (`-inf`, `(5`, `10`) as the same bound on packed values."""
+    if bound in ("-inf", "+inf", "inf"):
+        return bound
+    exclusive = bound.startswith("(")
+    value = float(bound[1:] if exclusive else bound)
+    if low:  # score > v (exclusive) or score >= v: packed >= the first such
+        return str(packing.above(value) if exclusive else packing.at_least(value))
+    # score < v (exclusive) or score <= v: packed < the first score >= v (or > v)
+    return f"({packing.at_least(value) if exclusive else packing.above(value)}"
 
 
 # --- memory: bytes whose order is Redis' order (api/hotwindow.py) ------------------------------

@@ -6,6 +6,9 @@ board lives in one Cluster slot and one script may touch all of it.
     <prefix>{<board>}:z:<instance>     ranking zset (score, tie-encoded member), top max_members
     <prefix>{<board>}:o:<instance>     overflow zset: members beyond max_members (same encoding)
     <prefix>{<board>}:h:<instance>     hash member -> "<score>|<tie ms>": exact state of every member
+    <prefix>{<board>}:p:<instance>     a packed window's ranking zset (packed score, member id):
+                                       a type with a declared score range (common/store/packing.py)
+    <prefix>{<board>}:q:<instance>     its overflow zset (max_members); a packed window has no :h:
     <prefix>{<board>}:fence            hash: `e` -> the epoch the board was written in; per source
                                        `<topic>:<partition>` -> "<topic id>|<offset>|<array index+1>"
                                        of the last event applied, and `<source>!r` -> positions the
@@ -56,11 +59,11 @@ class BoardKeys:
     def meta(self) -> str:
         return f"{self.tag}:meta"
 
-    def rank(self, instance: str) -> str:
-        return f"{self.tag}:z:{instance}"
+    def rank(self, instance: str, packed: bool = False) -> str:
+        return f"{self.tag}:{'p' if packed else 'z'}:{instance}"
 
-    def overflow(self, instance: str) -> str:
-        return f"{self.tag}:o:{instance}"
+    def overflow(self, instance: str, packed: bool = False) -> str:
+        return f"{self.tag}:{'q' if packed else 'o'}:{instance}"
 
     def state(self, instance: str) -> str:
         return f"{self.tag}:h:{instance}"
@@ -84,9 +87,10 @@ class BoardKeys:
     def hot_lock(self) -> str:
         return f"{self.tag}:hot:lock"
 
-    def state_pattern(self, window: str) -> str:
-        """SCAN pattern of the state hashes of every period of a calendar window."""
-        return f"{self.tag}:h:{window}:*"
+    def instance_pattern(self, window: str, packed: bool) -> str:
+        """SCAN pattern of the keys that name every period of a calendar window Redis holds:
+        the state hashes, or a packed window's ranking zsets (its overflow needs a ranking)."""
+        return f"{self.rank(window, packed) if packed else self.state(window)}:*"
 
 
 def partition_owners(prefix: str, group: str, topic: str) -> str:

@@ -12,14 +12,22 @@ from dataclasses import dataclass
 
 import redis.asyncio as aioredis
 
-from common.store.encoding import TieMode, format_score, parse_state, text, tie_prefix_length
+from common.store.encoding import (
+    Packing,
+    TieMode,
+    format_score,
+    packed_bound,
+    parse_state,
+    text,
+    tie_prefix_length,
+)
 from common.store.keys import BoardKeys
 from common.store.scripts import load_script
 
 # where each field goes (the scripts read the positions from the tables of the same names)
 TOP_KEYS, TOP_ARGS = ("RANK", "OVERFLOW", "META", "SEQ"), ("START", "STOP", "DESC", "REVERSE", "PLEN")
 LOCATE_KEYS = ("RANK", "OVERFLOW", "STATE", "META", "SEQ")
-LOCATE_ARGS = ("DESC", "REVERSE", "MODE")  # then the members
+LOCATE_ARGS = ("DESC", "REVERSE", "MODE", "BITS", "BASE")  # then the members
 PER_MEMBER = ("STATE", "POSITION", "BETTER", "META")  # locate.lua's reply per member, after total, seq
 _STATE, _POSITION, _BETTER, _META = (PER_MEMBER.index(n) for n in ("STATE", "POSITION", "BETTER", "META"))
 
@@ -66,13 +74,22 @@ class WindowRef:
     instance: str
     desc: bool
     mode: TieMode
+    packing: Packing | None = None  # a packed window (common/store/packing.py)
+
+    @property
+    def rank_key(self) -> str:
+        return self.keys.rank(self.instance, self.packing is not None)
+
+    @property
+    def overflow_key(self) -> str:
+        return self.keys.overflow(self.instance, self.packing is not None)
 
     def _key(self, name: str) -> str:
         keys = self.keys
         if name == "RANK":
-            return keys.rank(self.instance)
+            return self.rank_key
         if name == "OVERFLOW":
-            return keys.overflow(self.instance)
+            return self.overflow_key
         if name == "STATE":
             return keys.state(self.instance)
         return keys.meta if name == "META" else keys.seq
@@ -96,17 +113,25 @@ async def top(client: aioredis.Redis, ref: WindowRef, start: int, stop: int, rev
         "STOP": stop,
         "DESC": _flag(ref.desc),
         "REVERSE": _flag(reverse),
-        "PLEN": tie_prefix_length(ref.mode),
+        "PLEN": 0 if ref.packing is not None else tie_prefix_length(ref.mode),
     }
     reply = await TOP.run_async(client, ref.key_list(TOP_KEYS), [values[name] for name in TOP_ARGS])
     total, seq, n = int(reply[0]), int(reply[1]), int(reply[2])
     metas = reply[3 + 2 * n :]
-    rows = [Entry(text(reply[3 + 2 * i]), float(reply[4 + 2 * i]), metas[i] or None) for i in range(n)]
+    score = float if ref.packing is None else ref.packing.score_of
+    rows = [Entry(text(reply[3 + 2 * i]), score(reply[4 + 2 * i]), metas[i] or None) for i in range(n)]
     return Page(total, seq, rows)
 
 
 async def locate(client: aioredis.Redis, ref: WindowRef, members: Sequence[str], reverse: bool) -> Lookup:
-    values: dict[str, str] = {"DESC": _flag(ref.desc), "REVERSE": _flag(reverse), "MODE": ref.mode.value}
+    packing = ref.packing
+    values: dict[str, str | int] = {
+        "DESC": _flag(ref.desc),
+        "REVERSE": _flag(reverse),
+        "MODE": ref.mode.value,
+        "BITS": -1 if packing is None else packing.bits,
+        "BASE": 0 if packing is None else packing.base_ms,
+    }
     args = [values[name] for name in LOCATE_ARGS]
     reply = await LOCATE.run_async(client, ref.key_list(LOCATE_KEYS), [*args, *members])
     found: list[Located | None] = []
@@ -123,9 +148,11 @@ async def locate(client: aioredis.Redis, ref: WindowRef, members: Sequence[str],
 
 async def count_between(client: aioredis.Redis, ref: WindowRef, low: str, high: str) -> Counted:
     """(members with low <= score <= high, seq); bounds in Redis syntax (`-inf`, `(5`, `10`)."""
+    if ref.packing is not None:
+        low, high = packed_bound(ref.packing, low, True), packed_bound(ref.packing, high, False)
     pipe = client.pipeline(transaction=False)
-    pipe.zcount(ref.keys.rank(ref.instance), low, high)
-    pipe.zcount(ref.keys.overflow(ref.instance), low, high)
+    pipe.zcount(ref.rank_key, low, high)
+    pipe.zcount(ref.overflow_key, low, high)
     pipe.get(ref.keys.seq)
     ranked, overflow, seq = await pipe.execute()
     return Counted(int(ranked) + int(overflow), int(seq or 0))
@@ -138,10 +165,18 @@ async def better_and_equal(
     value = format_score(score)
     high_first = ref.desc != reverse
     better = (f"({value}", "+inf") if high_first else ("-inf", f"({value}")
+    equal = (value, value)
+    if ref.packing is not None:  # the same bounds on packed values
+        better = (
+            (packed_bound(ref.packing, better[0], True), better[1])
+            if high_first
+            else (better[0], packed_bound(ref.packing, better[1], False))
+        )
+        equal = (packed_bound(ref.packing, value, True), packed_bound(ref.packing, value, False))
     pipe = client.pipeline(transaction=False)
-    for key in (ref.keys.rank(ref.instance), ref.keys.overflow(ref.instance)):
+    for key in (ref.rank_key, ref.overflow_key):
         pipe.zcount(key, *better)
-        pipe.zcount(key, value, value)
+        pipe.zcount(key, *equal)
     pipe.get(ref.keys.seq)
     b1, e1, b2, e2, seq = await pipe.execute()
     return int(b1) + int(b2), int(e1) + int(e2), int(seq or 0)

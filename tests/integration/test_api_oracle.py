@@ -20,7 +20,8 @@ from common.events import parse_message, ts_ceiling
 from tests.oracle import (
     ASC,
     BOARDS,
-    ORACLE_BOARDS,
+    ORACLE_BOARDS_RANGED,
+    RANGED_BOARDS,
     TIE,
     TZ,
     Model,
@@ -38,11 +39,11 @@ pytestmark = pytest.mark.integration
 def written(make_settings, tmp_path, rclient):
     """20k events applied through the worker's Applier; the model of the same stream."""
     path = tmp_path / "boards.yaml"
-    path.write_text(ORACLE_BOARDS)
+    path.write_text(ORACLE_BOARDS_RANGED)
     settings = make_settings(boards=path, top_cache_ttl_s=0)
     boards = load_boards(path)
     start = now_ms()
-    messages = list(generate(seed=21, total=20_000, now_ms=start))
+    messages = list(generate(seed=21, total=20_000, now_ms=start, boards=[*BOARDS, *RANGED_BOARDS]))
     applier = Applier(rclient, boards, settings.key_prefix, 600_000)
     for i in range(0, len(messages), 500):
         pairs = []
@@ -179,7 +180,7 @@ def test_every_route_matches_the_model(written):
         app = create_app(settings, load_boards(settings.boards), client)
         async with TestClient(TestServer(app)) as http:
             total = 0
-            for board in [*BOARDS, "gift:empty-room"]:
+            for board in [*BOARDS, *RANGED_BOARDS, "gift:empty-room"]:
                 total += await check_board(http, model, board, rng)
             resp = await http.get("/v1/boards/gift:empty-room/members/nobody")
             assert resp.status == 404 and (await resp.json())["error"]["code"] == "member_not_found"

@@ -27,20 +27,31 @@ from common.store.encoding import TIE_WIDTH
 from common.store.keys import BoardKeys
 from rankstream.topics import ensure_topics
 from tests.helpers import applied_so_far, produce, running_worker, wait_for
-from tests.oracle import ORACLE_BOARDS, Message, Model, generate, now_ms
+from tests.oracle import (
+    BOARDS,
+    ORACLE_BOARDS_RANGED,
+    PACKED_BITS,
+    RANGED_BOARDS,
+    Message,
+    Model,
+    generate,
+    now_ms,
+    read_packed,
+)
 from worker.consumer import WorkerLoop
 from worker.main import build_loop
 from worker.metrics import WorkerMetrics
 
 pytestmark = pytest.mark.integration
-HOT = {"gift:r0": ("total", "day"), "score:s0": ("total",)}
+HOT = {"gift:r0": ("total", "day"), "score:s0": ("total",), "ranged:g0": ("total", "day", "week")}
 HOT_YAML = "hot:\n" + "".join(f'  - {{board: "{b}", windows: [{", ".join(w)}]}}\n' for b, w in HOT.items())
+ALL_BOARDS = [*BOARDS, *RANGED_BOARDS]
 History = dict[tuple[str, str, str], list[tuple[int, tuple[float, int] | None]]]
 
 
 def write_config(tmp_path: Path, hot: bool) -> Path:
     path = tmp_path / ("hot.yaml" if hot else "cold.yaml")
-    path.write_text(ORACLE_BOARDS + (HOT_YAML if hot else ""))
+    path.write_text(ORACLE_BOARDS_RANGED + (HOT_YAML if hot else ""))
     return path
 
 
@@ -82,26 +93,30 @@ def assert_memory_equals_redis(client: redis.Redis, prefix: str, hot: HotBoard) 
     """Member by member (score and tie time) and in order, every hot window instance."""
     keys = BoardKeys(prefix, hot.board)
     compared = 0
-    redis_instances = set()
+    redis_instances: dict[str, int | None] = {}  # instance -> its packed tie bits (None: general)
     for window in HOT[hot.board]:
-        pattern = keys.state("total") if window == "total" else keys.state_pattern(window)
+        bits = PACKED_BITS.get(hot.board.split(":")[0], {}).get(window)
+        pattern = (
+            keys.state("total") if window == "total" else keys.instance_pattern(window, bits is not None)
+        )
         for raw in client.scan_iter(match=pattern):
-            redis_instances.add(raw.decode()[len(keys.state("")) :])
+            redis_instances[raw.decode()[len(keys.state("")) :]] = bits
     memory_instances = {i for i, w in hot.instances.items() if len(w)}
-    assert memory_instances == redis_instances, hot.board
-    for inst in redis_instances:
-        raw_states = cast(dict[bytes, bytes], client.hgetall(keys.state(inst)))
-        stored = {
-            m.decode(): (float(v.decode().split("|")[0]), int(v.decode().split("|")[1]))
-            for m, v in raw_states.items()
-        }
+    assert memory_instances == set(redis_instances), hot.board
+    for inst, bits in redis_instances.items():
+        if bits is None:
+            raw_states = cast(dict[bytes, bytes], client.hgetall(keys.state(inst)))
+            stored = {
+                m.decode(): (float(v.decode().split("|")[0]), int(v.decode().split("|")[1]))
+                for m, v in raw_states.items()
+            }
+        else:
+            stored = read_packed(client, keys.tag, inst, bits)
         in_memory = {m: (score, tie) for m, (score, tie, _) in hot.instances[inst].items().items()}
         assert in_memory == stored, (hot.board, inst)
-        rows = cast(
-            list[bytes],
-            client.zrevrange(keys.rank(inst), 0, -1) if hot.desc else client.zrange(keys.rank(inst), 0, -1),
-        )
-        strip = 0 if hot.mode.value == "none" else TIE_WIDTH
+        rank = keys.rank(inst, bits is not None)
+        rows = cast(list[bytes], client.zrevrange(rank, 0, -1) if hot.desc else client.zrange(rank, 0, -1))
+        strip = 0 if hot.mode.value == "none" or bits is not None else TIE_WIDTH
         order = [r.decode()[strip:] for r in rows]
         assert [m for m, _ in hot.instances[inst].page(0, len(order), reverse=False)] == order
         compared += len(stored)
@@ -179,7 +194,7 @@ def hot_settings(make_settings, tmp_path: Path, hot: bool = True) -> Settings:
 def test_node_started_mid_load_is_complete_when_ready_then_converges(make_settings, tmp_path, rclient):
     settings = hot_settings(make_settings, tmp_path)
     start = now_ms()
-    messages = list(generate(seed=31, total=40_000, now_ms=start))
+    messages = list(generate(seed=31, total=40_000, now_ms=start, boards=ALL_BOARDS))
     model, history = model_with_history(messages, start)
     head, tail = messages[:16_000], messages[16_000:]
     produce(settings, head)
@@ -245,7 +260,7 @@ class Crash(BaseException):
 def test_worker_dying_between_redis_and_publish_still_converges(make_settings, tmp_path, rclient):
     settings = hot_settings(make_settings, tmp_path)
     start = now_ms()
-    messages = list(generate(seed=32, total=8_000, now_ms=start))
+    messages = list(generate(seed=32, total=8_000, now_ms=start, boards=ALL_BOARDS))
     model, _ = model_with_history(messages, start)
     produce(settings, messages)
     loop, client = build_loop(settings, WorkerMetrics())
@@ -293,7 +308,7 @@ def test_worker_dying_between_redis_and_publish_still_converges(make_settings, t
 def test_board_made_hot_after_it_has_data_comes_up_complete(make_settings, tmp_path, rclient):
     cold = hot_settings(make_settings, tmp_path, hot=False)
     start = now_ms()
-    messages = list(generate(seed=33, total=6_000, now_ms=start))
+    messages = list(generate(seed=33, total=6_000, now_ms=start, boards=ALL_BOARDS))
     model, _ = model_with_history(messages, start)
     produce(cold, messages[:4000])
     with running_worker(cold):  # the board fills while nobody thinks it hot
@@ -330,7 +345,7 @@ def test_an_open_transaction_on_update_cache_holds_no_node_back(make_settings, t
     broker to abort that transaction, and never shows what was not committed."""
     settings = hot_settings(make_settings, tmp_path)
     start = now_ms()
-    messages = list(generate(seed=33, total=3_000, now_ms=start))
+    messages = list(generate(seed=33, total=3_000, now_ms=start, boards=ALL_BOARDS))
     model, _ = model_with_history(messages, start)
     produce(settings, messages)
     with running_worker(settings):

@@ -13,8 +13,8 @@ import redis.asyncio as aioredis
 
 from common.idwindow import fingerprint
 from common.store import reads
-from common.store.apply import ApplyEvent, ApplyRequest, ApplyScript, FenceSource, ForeignEpoch
-from common.store.encoding import MemberState, Status, TieMode
+from common.store.apply import ApplyEvent, ApplyRequest, ApplyScript, FenceSource, ForeignEpoch, Instance
+from common.store.encoding import MemberState, Packing, Status, TieMode
 from common.store.keys import BoardKeys
 
 pytestmark = pytest.mark.integration
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.integration
 def request(keys: BoardKeys, events: list[ApplyEvent], **overrides: object) -> ApplyRequest:
     fields: dict[str, object] = {
         "keys": keys,
-        "instances": [("total", 0), ("day:2026-11-22", 0)],
+        "instances": [Instance("total", 0), Instance("day:2026-11-22", 0)],
         "mode": TieMode.INV,
         "desc": True,
         "max_members": 2,
@@ -92,7 +92,7 @@ def test_apply_error_comes_back_in_its_calls_place(rclient, keys):
 def test_top_and_locate_read_the_rank_then_the_overflow_zset(rclient, keys, settings):
     # max_members 2: the third member lives in the overflow zset
     events = [event("a", 5, 100, 0, mask=1), event("b", 9, 200, 1, mask=1), event("c", 7, 300, 2, mask=1)]
-    (reply,) = ApplyScript().run_many(rclient, [request(keys, events, instances=[("total", 0)])])
+    (reply,) = ApplyScript().run_many(rclient, [request(keys, events, instances=[Instance("total", 0)])])
     assert isinstance(reply, list)
     assert rclient.zcard(keys.overflow("total")) == 1
     ref = reads.WindowRef(keys, "total", True, TieMode.INV)
@@ -119,3 +119,52 @@ def test_top_and_locate_read_the_rank_then_the_overflow_zset(rclient, keys, sett
             await client.aclose()
 
     asyncio.run(go())
+
+
+DAY = 1_795_276_800_000  # 2026-11-22T00:00+08:00: the day instance's period start
+
+
+def packed_request(keys: BoardKeys, events: list[ApplyEvent], **overrides: object) -> ApplyRequest:
+    """A declared range [-10, 100]: total in the general layout, the day packed (27 tie bits)."""
+    day = Instance("day:2026-11-22", 0, Packing(27, DAY, inv=True))
+    fields: dict[str, object] = {"instances": [Instance("total", 0), day], "score_range": (-10, 100)}
+    return request(keys, events, **{**fields, **overrides})
+
+
+def test_packed_window_keeps_one_entry_per_member_and_reports_its_exact_state(rclient, keys):
+    script = ApplyScript()
+    events = [event("a", 5, DAY + 100, 0), event("b", 5, DAY + 50, 1), event("a", 2, DAY + 86_399_999, 2)]
+    (reply,) = script.run_many(rclient, [packed_request(keys, events, max_members=0)])
+    assert not isinstance(reply, (Exception, ForeignEpoch))
+    assert [r.status for r in reply] == [Status.APPLIED] * 3
+    assert reply[2].states == (MemberState(7, DAY + 86_399_999), MemberState(7, DAY + 86_399_999))
+    rows = rclient.zrevrange(keys.rank("day:2026-11-22", True), 0, -1, withscores=True)
+    mask = 2**27 - 1
+    assert rows == [(b"a", 7 * 2**27 + mask - 86_399_999), (b"b", 5 * 2**27 + mask - 50)]
+    assert not rclient.exists(keys.state("day:2026-11-22"), keys.rank("day:2026-11-22"))
+    assert rclient.hlen(keys.state("total")) == 2  # total keeps the general layout
+
+
+@pytest.mark.parametrize(
+    ("op", "score"),
+    [("incr", 96), ("set", 101), ("set", -11), ("set", 2.5), ("incr", 0.5), ("best", 1e300)],
+)
+def test_a_score_outside_the_declared_range_is_refused_and_changes_nothing(rclient, keys, op, score):
+    script = ApplyScript()
+    (first,) = script.run_many(rclient, [packed_request(keys, [event("a", 5, DAY + 1, 0)])])
+    assert isinstance(first, list)
+    before = rclient.zrange(keys.rank("day:2026-11-22", True), 0, -1, withscores=True)
+    (reply,) = script.run_many(rclient, [packed_request(keys, [event("a", score, DAY + 2, 1, op=op)])])
+    assert not isinstance(reply, (Exception, ForeignEpoch))
+    assert reply[0].status is Status.OUT_OF_RANGE
+    assert reply[0].states == (MemberState(5, DAY + 1), MemberState(5, DAY + 1))
+    assert rclient.zrange(keys.rank("day:2026-11-22", True), 0, -1, withscores=True) == before
+    assert rclient.get(keys.seq) == b"1"
+
+
+def test_an_event_time_outside_the_packed_period_fails_its_call(rclient, keys):
+    """The worker never sends one (the event's time picks the period); if it did, the order would
+    break, so the script refuses the whole call and writes nothing."""
+    (reply,) = ApplyScript().run_many(rclient, [packed_request(keys, [event("a", 5, DAY - 1, 0)])])
+    assert isinstance(reply, Exception) and "outside the packed period" in str(reply)
+    assert rclient.get(keys.seq) is None

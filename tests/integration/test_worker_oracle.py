@@ -22,7 +22,17 @@ from tests.helpers import (
     wait_for,
     worker_env,
 )
-from tests.oracle import ORACLE_BOARDS, Message, Model, compare_redis, generate, now_ms, run_model
+from tests.oracle import (
+    BOARDS,
+    ORACLE_BOARDS_RANGED,
+    RANGED_BOARDS,
+    Message,
+    Model,
+    compare_redis,
+    generate,
+    now_ms,
+    run_model,
+)
 
 pytestmark = pytest.mark.integration
 EVENTS = 100_000
@@ -32,7 +42,7 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture
 def oracle_settings(make_settings, tmp_path) -> Settings:
     boards = tmp_path / "boards.yaml"
-    boards.write_text(ORACLE_BOARDS)
+    boards.write_text(ORACLE_BOARDS_RANGED)
     settings: Settings = make_settings(boards=boards)
     return settings
 
@@ -47,7 +57,7 @@ def oracle_topics(oracle_settings):
 
 def make_stream(seed: int) -> tuple[list[Message], Model]:
     start = now_ms()
-    messages = list(generate(seed, EVENTS, start))
+    messages = list(generate(seed, EVENTS, start, [*BOARDS, *RANGED_BOARDS]))
     return messages, run_model(messages, start)
 
 

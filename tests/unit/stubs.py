@@ -322,7 +322,7 @@ class SentCall:
 def decode_call(req: ApplyRequest) -> SentCall:
     """What one typed apply.lua request carries, checked for consistency."""
     board = req.keys.board
-    instances = tuple(name for name, _ in req.instances)
+    instances = tuple(inst.name for inst in req.instances)
     assert len(req.ids) == len(req.events)
     events: list[SentEvent] = []
     for event_id, ev in zip(req.ids, req.events, strict=True):
@@ -338,7 +338,9 @@ def decode_call(req: ApplyRequest) -> SentCall:
                 instances=tuple(name for i, name in enumerate(instances) if ev.mask >> i & 1),
             )
         )
-    return SentCall(board, instances, tuple(e for _, e in req.instances), req.want_state, tuple(events))
+    return SentCall(
+        board, instances, tuple(inst.expire_at_ms for inst in req.instances), req.want_state, tuple(events)
+    )
 
 
 Failer = Callable[[SentCall], Exception | None]

@@ -22,6 +22,7 @@ from common.boards import (
     split_board,
 )
 from common.errors import ConfigError
+from common.store.encoding import window_bits
 
 CONTRACT_EXAMPLE = """\
 timezone: Asia/Shanghai          # period boundaries are computed in this zone
@@ -327,7 +328,43 @@ BAD_CONFIGS: list[tuple[str, str, str, str]] = [
         "invalid YAML",
     ),
     ("duplicate yaml key", "types:\n  gift: {}\n  gift: {order: asc}\n", "line 3", "duplicate key 'gift'"),
+    ("score_range one value", "types: {gift: {score_range: [5]}}", "types.gift.score_range", "[min, max]"),
+    ("score_range reversed", "types: {gift: {score_range: [5, 1]}}", "types.gift.score_range", "min < max"),
+    ("score_range float", "types: {gift: {score_range: [0, 1.5]}}", "types.gift.score_range", "integer"),
+    (
+        "score_range beyond 53 bits",
+        "types: {gift: {tie_break: none, score_range: [0, 9007199254740992]}}",
+        "types.gift.score_range",
+        "exact up to +/-(2^53 - 1)",
+    ),
+    (
+        "score_range leaves no room for the tie",
+        "types: {gift: {windows: [total, day, month], score_range: [0, 2097152]}}",
+        "types.gift.score_range",
+        "window 'month' keeps 32 bits of tie time beside the score, which leaves [-2097152, 2097151]",
+    ),
 ]
+
+
+@pytest.mark.parametrize(
+    ("config", "packed"),
+    [
+        # a day keeps 27 bits of tie: 2^26 - 1 is the widest top; total keeps its ties in members
+        ("{windows: [total, day], score_range: [-67108864, 67108863]}", {"total": None, "day": 27}),
+        ("{windows: [hour, week, year], score_range: [0, 1000]}", {"hour": 24, "week": 30, "year": 35}),
+        # without ties nothing is packed beside the score: every window packs, total too
+        ("{tie_break: none, windows: [total, month], score_range: [-5, 5]}", {"total": 0, "month": 0}),
+        ("{windows: [total, day]}", {"total": None, "day": None}),  # no declared range
+    ],
+)
+def test_declared_score_range_packs_the_windows_it_fits(config: str, packed: dict[str, int | None]) -> None:
+    board_type = parse_boards(f"types: {{gift: {config}}}").types["gift"]
+    assert {w.name: window_bits(board_type, w) for w in board_type.windows} == packed
+
+
+def test_declared_score_range_is_kept() -> None:
+    board_type = parse_boards("types: {gift: {score_range: [-10, 10]}}").types["gift"]
+    assert board_type.score_range == (-10, 10)
 
 
 @pytest.mark.parametrize(

@@ -5,8 +5,9 @@
 -- KEYS (positions in KEY and INST, from common/store/apply.py): board seq, board meta hash,
 --       board fence hash, id window directory,
 --       then per window instance i = 1..W: rank zset, overflow zset, state hash (ikey below).
--- ARGV (positions in H, SRC and EV): header, then S sources (fence field, topic id, low water),
---       then W expire-at ms (0 = never), then per event F fields: op, member, score, tie ms, meta
+-- ARGV (positions in H, SRC, IA and EV): header, then S sources (fence field, topic id, low
+--       water), then per instance its expire-at ms (0 = never) and packing (tie bits, -1 = the
+--       general layout, and the period's start ms), then per event F fields: op, member, score, tie ms, meta
 --       ('' = none), window mask (bit i-1 set = the event counts in instance i), offset, where
 --       (source number * 1000 + array index + 1; 0 = no source), id fingerprint, and while
 --       adopting a previous release's board the key of its record of the id (common/store/keys.py).
@@ -23,7 +24,9 @@
 -- applied less than the id window ago is a producer duplicate.
 --
 -- The zset score is the exact score; the member is prefixed with its tie time in fixed-width
--- hex (common/store/encoding.py) so Redis' bytewise order of equal scores is the tie rule.
+-- hex (common/store/encoding.py) so Redis' bytewise order of equal scores is the tie rule. A
+-- packed instance (common/store/packing.py) instead keeps the member's own id with the tie
+-- inside its integer score, and has no state hash: its zsets are the state.
 
 -- H (ARGV header positions) and C (shared constants, statuses C.ST) come from the prelude
 -- that common/store/scripts.py generates; common/store/apply.py is the only caller.
@@ -32,8 +35,10 @@ local mode, desc, maxm = ARGV[H.MODE], ARGV[H.DESC] == '1', tonumber(ARGV[H.MAXM
 local want_state, epoch = ARGV[H.STATE] == '1', ARGV[H.EPOCH]
 local legacy_ttl, S = ARGV[H.LEGACY_TTL], tonumber(ARGV[H.S])
 local legacy = legacy_ttl ~= '0'
+-- a declared score range (integers only) or +-EXACT; a result outside it refuses the event
+local low, high, integral = tonumber(ARGV[H.LOW]), tonumber(ARGV[H.HIGH]), ARGV[H.INTEGRAL] == '1'
 local F = legacy and EV._N or EV._N - 1  -- ARGV per event: EV.LEGACY_KEY only while adopting
-local ST, EXACT = C.ST, C.EXACT  -- EXACT = 2^53 - 1: common/store/encoding.py says why
+local ST = C.ST
 local KI = KEY._N  -- KEYS before the instances
 -- the key of instance i's rank (INST.RANK), overflow (INST.OVERFLOW) or state (INST.STATE)
 local function ikey(i, which) return KEYS[KI + INST._N * (i - 1) + which] end
@@ -92,11 +97,38 @@ local cache = {}
 local function load(i, member)
   return cache[i][member]
 end
+local packings = {}  -- instance -> ENC.packing (nil: the general layout), read with the ARGV
+
+-- a packed instance holds its members under their own ids: their packed scores are the state
+local function prefetch_packed(i, p, members)
+  local ci = cache[i]
+  local got = redis.call('ZMSCORE', ikey(i, INST.RANK), unpack(members))
+  local missing = {}
+  for j, member in ipairs(members) do
+    if got[j] then
+      local score, t = ENC.unpack(p, tonumber(got[j]))
+      ci[member] = {present = true, score = score, tie = t, rtie = t}
+    else
+      ci[member] = {present = false}
+      missing[#missing + 1] = member
+    end
+  end
+  if maxm > 0 and #missing > 0 then
+    local over = redis.call('ZMSCORE', ikey(i, INST.OVERFLOW), unpack(missing))
+    for j, member in ipairs(missing) do
+      if over[j] then
+        local score, t = ENC.unpack(p, tonumber(over[j]))
+        ci[member] = {present = true, score = score, tie = t, rtie = t}
+      end
+    end
+  end
+end
 
 local function prefetch(i, members)
   local ci = {}
   cache[i] = ci
   if #members == 0 then return end
+  if packings[i] then return prefetch_packed(i, packings[i], members) end
   local got = redis.call('HMGET', ikey(i, INST.STATE), unpack(members))
   for j, member in ipairs(members) do
     local old = got[j]
@@ -125,7 +157,27 @@ local function plan(c, op, score)
 end
 
 -- phase 2 for one instance: its dirty members, written with one call per command
+local function flush_packed(i, p, list)
+  local rk, ov = ikey(i, INST.RANK), ikey(i, INST.OVERFLOW)
+  local rem, gone, add = {}, {}, {}
+  for _, d in ipairs(list) do
+    local member, c = d[1], d[2]
+    if c.rtie then gone[#gone + 1] = member end  -- the overflow may hold it
+    if c.present then
+      add[#add + 1] = fmt(ENC.pack(p, c.score, c.tie))
+      add[#add + 1] = member  -- ZADD moves a member the rank zset holds
+    else
+      rem[#rem + 1] = member
+    end
+  end
+  if #rem > 0 then redis.call('ZREM', rk, unpack(rem)) end
+  if maxm > 0 and #gone > 0 then redis.call('ZREM', ov, unpack(gone)) end
+  if #add > 0 then redis.call('ZADD', rk, unpack(add)) end
+  if maxm > 0 then rebalance(rk, ov, #list) end
+end
+
 local function flush(i, list)
+  if packings[i] then return flush_packed(i, packings[i], list) end
   local rk, ov, st = ikey(i, INST.RANK), ikey(i, INST.OVERFLOW), ikey(i, INST.STATE)
   local rem, gone, add, hset, hdel = {}, {}, {}, {}, {}
   for _, d in ipairs(list) do
@@ -193,8 +245,12 @@ for k, src in ipairs(sources) do
   end
   src.changed = false
 end
-local expires_at = at
-at = at + W
+local expires = {}
+for i = 1, W do
+  expires[i] = ARGV[at + IA.EXPIRE]
+  packings[i] = ENC.packing(tonumber(ARGV[at + IA.BITS]), tonumber(ARGV[at + IA.BASE]), mode)
+  at = at + IA._N
+end
 
 local ids = IDW.new(KEYS[KEY.IDW], tonumber(ARGV[H.WINDOW]), tonumber(ARGV[H.CAP]))
 local legacy_new = {}
@@ -269,7 +325,7 @@ for _, ev in ipairs(events) do
     for k, i in ipairs(inst) do
       local c = load(i, member)
       local new = plan(c, op, score)
-      if new and math.abs(new) > EXACT then in_range = false end
+      if new and (new < low or new > high or (integral and new ~= math.floor(new))) then in_range = false end
       plans[k] = {new, c}
     end
     if not in_range then
@@ -285,6 +341,7 @@ for _, ev in ipairs(events) do
         if p[1] ~= nil then
           local c = p[2]
           if p[1] == false then c.present = false
+          elseif packings[i] then c.present, c.score, c.tie = true, p[1], ENC.packed_tie(packings[i], tie)
           else c.present, c.score, c.tie = true, p[1], tie end
           if not c.dirty then
             c.dirty = true
@@ -351,9 +408,11 @@ end
 if seq ~= seq0 then redis.call('SET', KEYS[KEY.SEQ], seq) end
 
 for i = 1, W do
-  local expire_at = ARGV[expires_at + i]
+  local expire_at = expires[i]
   if touched[i] and expire_at ~= '0' then
-    for which = 1, INST._N do redis.call('PEXPIREAT', ikey(i, which), expire_at) end
+    for which = 1, INST._N do
+      if not (packings[i] and which == INST.STATE) then redis.call('PEXPIREAT', ikey(i, which), expire_at) end
+    end
   end
 end
 return out

@@ -32,3 +32,36 @@ function ENC.member(mode, tie, member)
   end
   return p .. member
 end
+
+-- A packed window instance (common/store/packing.py): `bits` of tie time beside an integer
+-- score, counted from `base` ms, inverted in tie mode inv. nil for the general layout.
+function ENC.packing(bits, base, mode)
+  if bits < 0 then return nil end
+  return {bits = bits, base = base, scale = 2 ^ bits, inv = mode == 'inv'}
+end
+
+-- the tie a packed instance keeps for an event at `tie` ms (0 without tie bits); an event time
+-- outside the period would corrupt the order: raise (the worker dead-letters the event)
+function ENC.packed_tie(p, tie)
+  if p.bits == 0 then return 0 end
+  local off = tie - p.base
+  if off < 0 or off >= p.scale then error('tie ' .. tie .. ' is outside the packed period from ' .. p.base) end
+  return tie
+end
+
+-- the zset score of a member of a packed instance
+function ENC.pack(p, score, tie)
+  if p.bits == 0 then return score end
+  local off = tie - p.base
+  if p.inv then off = p.scale - 1 - off end
+  return score * p.scale + off
+end
+
+-- the score and tie of a packed zset score
+function ENC.unpack(p, value)
+  if p.bits == 0 then return value, 0 end
+  local score = math.floor(value / p.scale)
+  local off = value - score * p.scale
+  if p.inv then off = p.scale - 1 - off end
+  return score, p.base + off
+end

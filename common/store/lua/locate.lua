@@ -1,18 +1,45 @@
 -- locate.lua: score, position and "members strictly better" of several members, one round trip.
 --! include encoding
 -- KEYS (positions in K, ARGV in A; common/store/reads.py): rank zset, overflow zset, state
---       hash, meta hash, board seq. ARGV: desc 1|0, reverse 1|0, tie mode inv|fwd|none, then
---       the members.
+--       hash, meta hash, board seq. ARGV: desc 1|0, reverse 1|0, tie mode inv|fwd|none, the
+--       packing (tie bits, -1 = the general layout; the period's start ms), then the members.
 -- Returns {total, seq, then per member (positions in M): state ('' if absent), position
 -- (0-based in the view, -1 if absent), strictly-better count in the view (-1 if absent), meta
 -- ('' if none)}.
 local desc, reverse, mode = ARGV[A.DESC] == '1', ARGV[A.REVERSE] == '1', ARGV[A.MODE]
+local packing = ENC.packing(tonumber(ARGV[A.BITS]), tonumber(ARGV[A.BASE]), mode)
 local RK, OV = KEYS[K.RANK], KEYS[K.OVERFLOW]
 local R, O = redis.call('ZCARD', RK), redis.call('ZCARD', OV)
 local total = R + O
 local high_first = desc ~= reverse
 
 local function enc(tie, member) return ENC.member(mode, tie, member) end
+
+-- the member's zset member, its score text and its state ("<score>|<tie>"); nil if absent
+local function find(member)
+  if not packing then
+    local state = redis.call('HGET', KEYS[K.STATE], member)
+    if not state then return nil end
+    local score, tie = ENC.parse_state(state)
+    return enc(tie, member), score, state
+  end
+  local value = redis.call('ZSCORE', RK, member) or redis.call('ZSCORE', OV, member)
+  if not value then return nil end
+  local score, tie = ENC.unpack(packing, tonumber(value))
+  local text = ENC.score(score)
+  return member, text, ENC.state(text, tie)
+end
+
+-- ZCOUNT bounds of the members strictly better than `score` (its text)
+local function better_bounds(score)
+  if packing then
+    local s = tonumber(score)
+    if high_first then return ENC.score((s + 1) * packing.scale), '+inf' end
+    return '-inf', '(' .. ENC.score(s * packing.scale)
+  end
+  if high_first then return '(' .. score, '+inf' end
+  return '-inf', '(' .. score
+end
 
 local function natural_position(m)
   local rank = desc and redis.call('ZREVRANK', RK, m) or redis.call('ZRANK', RK, m)
@@ -24,20 +51,15 @@ end
 local out = {total, tonumber(redis.call('GET', KEYS[K.SEQ]) or '0')}
 for k = A._N + 1, #ARGV do
   local member = ARGV[k]
-  local state = redis.call('HGET', KEYS[K.STATE], member)
+  local zmember, score, state = find(member)
   local row = {}
-  if not state then
+  if not zmember then
     row[M.STATE], row[M.POSITION], row[M.BETTER], row[M.META] = '', -1, -1, ''
   else
-    local score, tie = ENC.parse_state(state)
-    local pos = natural_position(enc(tie, member))
+    local pos = natural_position(zmember)
     if reverse then pos = total - 1 - pos end
-    local better
-    if high_first then
-      better = redis.call('ZCOUNT', RK, '(' .. score, '+inf') + redis.call('ZCOUNT', OV, '(' .. score, '+inf')
-    else
-      better = redis.call('ZCOUNT', RK, '-inf', '(' .. score) + redis.call('ZCOUNT', OV, '-inf', '(' .. score)
-    end
+    local lo, hi = better_bounds(score)
+    local better = redis.call('ZCOUNT', RK, lo, hi) + redis.call('ZCOUNT', OV, lo, hi)
     row[M.STATE], row[M.POSITION], row[M.BETTER] = state, pos, better
     row[M.META] = redis.call('HGET', KEYS[K.META], member) or ''
   end

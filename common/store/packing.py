@@ -1,0 +1,47 @@
+"""Ties inside the score: the packed layout of a board type that declares its score range.
+
+A window instance of such a type keeps one sorted-set entry per member, the member's own id
+with the score `score * 2**bits + tie`, where `tie` is the time (ms) the member reached its
+score counted from the start of the instance's period (inverted, `2**bits - 1 - offset`, when
+earlier must sort later), so Redis' score order *is* the board's order with its tie rule, and
+no state hash or tie prefix is needed (common/store/encoding.py, `Packing`). Exact while every
+packed value stays within 2**53: the declared range times 2**bits must fit, which
+common/boards.py checks when the config is loaded.
+
+`total` has no period to count ties from, so it packs only without ties (tie_break: none);
+with ties it keeps the general layout. This module knows no board type (common/boards.py
+imports it): window kinds are their names.
+"""
+
+from __future__ import annotations
+
+EXACT_BITS = 53
+_HOUR_MS = 3_600_000
+# The longest real duration of one period of each calendar window, with room for a daylight
+# saving shift of up to 2 h (common/periods.py: a repeated local hour is one bucket).
+LONGEST_PERIOD_MS = {
+    "hour": 3 * _HOUR_MS,
+    "day": 26 * _HOUR_MS,
+    "week": (7 * 24 + 2) * _HOUR_MS,
+    "month": (31 * 24 + 2) * _HOUR_MS,
+    "year": (366 * 24 + 2) * _HOUR_MS,
+}
+
+
+def tie_bits(kind: str, ties: bool) -> int | None:
+    """Bits of tie time a window of `kind` packs beside the score; None: it can't pack."""
+    if not ties:
+        return 0
+    longest = LONGEST_PERIOD_MS.get(kind)
+    return None if longest is None else (longest - 1).bit_length()
+
+
+def packable_bounds(bits: int) -> tuple[int, int]:
+    """The widest integer score range whose packed values stay within 2**53."""
+    room = 1 << (EXACT_BITS - bits)
+    return -room, room - 1
+
+
+def packable(score_range: tuple[int, int], bits: int) -> bool:
+    low, high = packable_bounds(bits)
+    return low <= score_range[0] and score_range[1] <= high
