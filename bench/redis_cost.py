@@ -12,6 +12,8 @@ of CHUNK events, as the worker calls it; the seeds' bare design
 Bytes: after the distinct phase the id window's and the fence's keys are deleted (they are
 counted per id in bench/memory.py), and used_memory's growth is divided by members x windows;
 `bare_zset_bytes_per_member` is the same for the bare design's sorted sets.
+Ours runs twice: a type in the general layout, and the same type declaring its score range
+(`*_declared`: its day and week pack the tie into the score, total keeps the general layout).
 Knob: RANKSTREAM_BENCH_COST_MEMBERS (default 100000).
 """
 
@@ -37,7 +39,10 @@ WINDOWS = ("total", "day", "week")
 BOARD = "cost:room1"
 PREFIX = "c:"
 ID_LENGTH = 24
-CONFIG = f"timezone: UTC\ntypes:\n  cost: {{windows: [{', '.join(WINDOWS)}]}}\n"
+_WINDOWS = f"windows: [{', '.join(WINDOWS)}]"
+CONFIG = (
+    f"timezone: UTC\ntypes:\n  cost: {{{_WINDOWS}}}\n  ranged: {{{_WINDOWS}, score_range: [0, 8000000]}}\n"
+)
 
 
 def redis_cpu_s(client: redis.Redis) -> float:
@@ -58,14 +63,22 @@ def _measure(client: redis.Redis, n: int, apply_chunk: Callable[[int, int], None
     return round(1e6 * (redis_cpu_s(client) - before) / n, 2)
 
 
-def _ours(client: redis.Redis, members: Sequence[str], repeat: Sequence[str], now: int) -> Result:
+def _ours(
+    client: redis.Redis, members: Sequence[str], repeat: Sequence[str], now: int, type_name: str = "cost"
+) -> Result:
     applier = Applier(client, parse_boards(CONFIG), PREFIX, 3600, now_ms=lambda: now, epoch="bench")
     source = Source("bench", 0, "bench-topic", -1)
+    board = f"{type_name}:room1"
 
     def phase(tag: str, who: Sequence[str], first_offset: int) -> Callable[[int, int], None]:
         def apply_chunk(start: int, stop: int) -> None:
             events = [
-                (UpdateEvent(f"{tag}-{i}", BOARD, "cost", who[i], Op.INCR, float(1 + i % 97), now, None), now)
+                (
+                    UpdateEvent(
+                        f"{tag}-{i}", board, type_name, who[i], Op.INCR, float(1 + i % 97), now, None
+                    ),
+                    now,
+                )
                 for i in range(start, stop)
             ]
             positions = [Position(source, first_offset + i, None) for i in range(start, stop)]
@@ -75,7 +88,7 @@ def _ours(client: redis.Redis, members: Sequence[str], repeat: Sequence[str], no
 
     base = used_memory(client)
     distinct = _measure(client, len(members), phase("d", members, 0))
-    side = [*client.scan_iter(match=f"{PREFIX}{{{BOARD}}}:i*", count=10_000), f"{PREFIX}{{{BOARD}}}:fence"]
+    side = [*client.scan_iter(match=f"{PREFIX}{{{board}}}:i*", count=10_000), f"{PREFIX}{{{board}}}:fence"]
     client.delete(*side)
     held = used_memory(client) - base
     repeating = _measure(client, len(repeat), phase("r", repeat, len(members)))
@@ -119,6 +132,8 @@ def measure_redis_cost(client: redis.Redis, rng: random.Random) -> Result:
     client.flushall()
     ours = _ours(client, members, repeat, now)
     client.flushall()
+    declared = _ours(client, members, repeat, now, "ranged")
+    client.flushall()
     bare = _bare(client, members, repeat)
     client.flushall()
     return {
@@ -134,4 +149,12 @@ def measure_redis_cost(client: redis.Redis, rng: random.Random) -> Result:
         "redis_bytes_per_member_window": ours["bytes_per_member_window"],
         "bare_zset_bytes_per_member": bare["bytes_per_member"],
         "bytes_vs_bare": round(ours["bytes_per_member_window"] / bare["bytes_per_member"], 2),
+        "redis_us_per_event_declared": declared["distinct_us_per_event"],
+        "redis_us_per_event_repeating_declared": declared["repeating_us_per_event"],
+        "redis_vs_bare_declared": round(declared["distinct_us_per_event"] / bare["distinct_us_per_event"], 2),
+        "redis_vs_bare_repeating_declared": round(
+            declared["repeating_us_per_event"] / bare["repeating_us_per_event"], 2
+        ),
+        "redis_bytes_per_member_window_declared": declared["bytes_per_member_window"],
+        "bytes_vs_bare_declared": round(declared["bytes_per_member_window"] / bare["bytes_per_member"], 2),
     }

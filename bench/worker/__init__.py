@@ -40,7 +40,12 @@ GOALS: dict[str, float] = {"events_per_s": 100_000, "vs_seed_ceiling": 1.0, "vs_
 ARRAY_GOALS: dict[str, float] = {"vs_seed_ceiling_arrays": 2.0, "arrays_vs_redis_bound": 0.8}
 MEMORY_GOALS: dict[str, float] = {"redis_bytes_per_event_id": 32}  # ceilings (bench/memory.py)
 # ceilings, ours / the seeds' bare design in the same run (bench/redis_cost.py)
-COST_GOALS: dict[str, float] = {"redis_vs_bare": 2.0, "redis_vs_bare_repeating": 2.0, "bytes_vs_bare": 1.6}
+COST_GOALS: dict[str, float] = {
+    "redis_vs_bare": 2.0,
+    "redis_vs_bare_repeating": 2.0,
+    "bytes_vs_bare": 1.6,
+    "bytes_vs_bare_declared": 1.3,  # a type that declares its score range
+}
 _DIAGNOSTICS = (
     "single.events_per_s_from_assign",
     "arrays.events_per_s_from_assign",
