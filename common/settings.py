@@ -6,6 +6,7 @@ librdkafka pass-through; anything else is a typo and stops the process with one 
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -14,6 +15,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
 from common.errors import ConfigError
+
+KAFKA_LOG = logging.getLogger("librdkafka")
 
 ENV_PREFIX = "RANKSTREAM_"
 KAFKA_PASSTHROUGH_PREFIX = "RANKSTREAM_KAFKA_"
@@ -78,11 +81,14 @@ class Settings(BaseModel):
         self, extra: Mapping[str, Any] | None = None, defaults: Mapping[str, Any] | None = None
     ) -> dict[str, Any]:
         """The librdkafka config: `defaults` (which pass-through keys may override), bootstrap,
-        pass-through keys (secrets revealed), then `extra` (what rankstream's correctness needs)."""
+        pass-through keys (secrets revealed), then `extra` (what rankstream's correctness needs).
+        librdkafka's own log lines go to the `librdkafka` logger (the process' JSON lines), served
+        by the client's poll/consume, instead of raw lines on stderr from its threads."""
         conf: dict[str, Any] = {**(defaults or {}), "bootstrap.servers": self.kafka_bootstrap}
         for key, value in self.kafka.items():
             conf[key] = value.get_secret_value() if isinstance(value, SecretStr) else value
         conf.update(extra or {})
+        conf["logger"] = KAFKA_LOG
         return conf
 
 

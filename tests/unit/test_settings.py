@@ -4,7 +4,7 @@ import pytest
 from pydantic import SecretStr
 
 from common.errors import ConfigError
-from common.settings import load_settings
+from common.settings import KAFKA_LOG, load_settings
 
 
 def test_defaults_point_at_the_local_stack():
@@ -38,6 +38,7 @@ def test_librdkafka_passthrough_keeps_secrets_secret():
         "security.protocol": "SASL_SSL",  # pass-through beats a default
         "sasl.password": "hunter2",
         "group.id": "g",
+        "logger": KAFKA_LOG,  # librdkafka's lines become the process' log lines
     }
 
 
