@@ -148,17 +148,12 @@ def parse_state(raw: bytes | str) -> MemberState | None:
 @dataclass(frozen=True, slots=True)
 class Packing:
     """One packed window instance: `bits` of tie time beside the score, counted from `base_ms`
-    (the start of the instance's period), inverted when the tie mode is inv."""
+    (the start of the instance's period), inverted when the tie mode is inv. apply.lua packs
+    (encoding.lua ENC.pack); this side reads."""
 
     bits: int
     base_ms: int
     inv: bool
-
-    def pack(self, score: int, tie_ms: int) -> int:
-        offset = tie_ms - self.base_ms
-        if not 0 <= offset < 1 << self.bits:
-            raise ValueError(f"tie {tie_ms} is outside the {self.bits}-bit period from {self.base_ms}")
-        return (score << self.bits) + ((1 << self.bits) - 1 - offset if self.inv else offset)
 
     def unpack(self, value: float | bytes | str) -> MemberState:
         packed = int(float(value))
@@ -185,6 +180,8 @@ def packed_bound(packing: Packing, bound: str, low: bool) -> str:
         return bound
     exclusive = bound.startswith("(")
     value = float(bound[1:] if exclusive else bound)
+    if abs(value) > EXACT_MAX:  # beyond every packed value: the matching infinity
+        return "+inf" if value > 0 else "-inf"
     if low:  # score > v (exclusive) or score >= v: packed >= the first such
         return str(packing.above(value) if exclusive else packing.at_least(value))
     # score < v (exclusive) or score <= v: packed < the first score >= v (or > v)
