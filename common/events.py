@@ -13,7 +13,7 @@ import re
 import time
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -83,8 +83,10 @@ class Op(StrEnum):
     FAILED_MARKER = "x"
 
 
-@dataclass(frozen=True, slots=True)
-class UpdateEvent:
+class UpdateEvent(NamedTuple):
+    """One valid event (a tuple: the worker builds one per event, and a frozen dataclass costs
+    several times as much to construct)."""
+
     id: str
     board: str
     board_type: str

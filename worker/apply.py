@@ -7,7 +7,8 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import redis
 
@@ -73,8 +74,7 @@ class EpochMismatch(InfrastructureError):
         self.board = board
 
 
-@dataclass(frozen=True, slots=True)
-class Outcome:
+class Outcome(NamedTuple):  # one per event: a tuple is the cheapest immutable record
     event: UpdateEvent
     status: Status
     seq: int
@@ -103,12 +103,11 @@ class Failure:
     error: BaseException
 
 
-@dataclass(frozen=True, slots=True)
-class _Entry:
+class _Entry(NamedTuple):
     event: UpdateEvent
     ts: int
     mask: int  # bit i: the event counts in the chunk's i-th instance
-    names: list[str]  # the instances it counts in
+    names: tuple[str, ...]  # the instances it counts in
     late: int  # windows it missed because their period closed beyond late_grace
     position: Position | None
 
@@ -122,22 +121,32 @@ class _Chunk:
     instances: dict[str, tuple[int, Instance]] = field(default_factory=dict)  # name -> (bit, instance)
     events: list[_Entry] = field(default_factory=list)
     sources: dict[str, tuple[int, Source]] = field(default_factory=dict)  # field -> (number, source)
+    # id(pairs) -> (pairs, mask, names): consecutive events share one `pairs` list (Applier's
+    # memo), so their mask is computed once; holding `pairs` keeps its id from being reused
+    _masks: dict[int, tuple[list[Instance], int, tuple[str, ...]]] = field(default_factory=dict)
 
     def fits(self, pairs: list[Instance]) -> bool:
+        if len(self.events) >= MAX_EVENTS_PER_CALL:
+            return False
+        if id(pairs) in self._masks:
+            return True
         new = sum(1 for inst in pairs if inst.name not in self.instances)
-        return len(self.events) < MAX_EVENTS_PER_CALL and len(self.instances) + new <= MAX_INSTANCES_PER_CALL
+        return len(self.instances) + new <= MAX_INSTANCES_PER_CALL
 
     def add(
         self, event: UpdateEvent, ts: int, pairs: list[Instance], late: int, position: Position | None
     ) -> None:
-        mask = 0
-        for inst in pairs:
-            bit, _ = self.instances.setdefault(inst.name, (len(self.instances), inst))
-            mask |= 1 << bit
+        known = self._masks.get(id(pairs))
+        if known is None:
+            mask = 0
+            for inst in pairs:
+                bit, _ = self.instances.setdefault(inst.name, (len(self.instances), inst))
+                mask |= 1 << bit
+            known = self._masks[id(pairs)] = (pairs, mask, tuple(inst.name for inst in pairs))
         if position is not None:
             source = position.source
             self.sources.setdefault(source.field, (len(self.sources) + 1, source))
-        self.events.append(_Entry(event, ts, mask, [inst.name for inst in pairs], late, position))
+        self.events.append(_Entry(event, ts, known[1], known[2], late, position))
 
     def where(self, position: Position | None) -> int:
         """apply.lua's `where`: source number * 1000 + array index + 1 (0: no position)."""
@@ -199,11 +208,17 @@ class Applier:
         self._slot_cache[board_type.name] = cached
         return cached
 
-    def _instances(self, board_type: BoardType, ts: int, now: int) -> tuple[list[Instance], int]:
-        """The instances the event counts in, and how many closed periods it missed."""
-        slots = self._slots(board_type, ts).slots
-        out = [inst for inst, late_after in slots if now < late_after]
-        return out, len(slots) - len(out)
+    def _instances(
+        self, board_type: BoardType, ts: int, now: int, memo: dict[int, tuple[_Slots, list[Instance], int]]
+    ) -> tuple[list[Instance], int]:
+        """The instances the event counts in, and how many closed periods it missed. Events that
+        share their periods get the same list (`memo`, per batch: `now` is fixed in it)."""
+        slots = self._slots(board_type, ts)
+        known = memo.get(id(slots))
+        if known is None or known[0] is not slots:
+            out = [inst for inst, late_after in slots.slots if now < late_after]
+            known = memo[id(slots)] = (slots, out, len(slots.slots) - len(out))
+        return known[1], known[2]
 
     def _chunks(
         self,
@@ -215,11 +230,12 @@ class Applier:
         now = self._now_ms()
         open_chunks: dict[str, _Chunk] = {}
         chunks: list[_Chunk] = []
+        memo: dict[int, tuple[_Slots, list[Instance], int]] = {}
         for (event, ts), position in zip(events, positions, strict=True):
             try:
                 board_type = self._boards.type_for(event.board_type)
                 assert board_type is not None  # the parser resolved it
-                pairs, late = self._instances(board_type, ts, now)
+                pairs, late = self._instances(board_type, ts, now, memo)
             except Exception as exc:  # noqa: BLE001 - whatever it is, it is this event's alone
                 failures.append(Failure(event, exc))
                 continue
@@ -335,7 +351,7 @@ class Applier:
         if entry.position is None:
             return
         marker = _Chunk(chunk.board, chunk.board_type)
-        failed = replace(entry.event, op=Op.FAILED_MARKER, member=error_class, meta=None)
+        failed = entry.event._replace(op=Op.FAILED_MARKER, member=error_class, meta=None)
         marker.add(failed, entry.ts, [], entry.late, entry.position)
         (reply,) = self._script.run_many(self._client, [self._request(marker, False)])
         _decode(marker, False, reply, self.epoch)  # raises what the call raised

@@ -13,6 +13,7 @@ ratios within a run are what counts, not the absolute numbers):
    per poll, one script call per event, one synchronous commit per message (bench/worker/seed.py).
 4. What exactly-once costs in Redis memory (bench/memory.py) and what one event costs Redis
    against the seeds' bare design (bench/redis_cost.py).
+5. Where the worker's CPU goes: a cProfile of parsing and applying arrays (bench/worker/profile.py).
 
 Knobs: RANKSTREAM_BENCH_EVENTS (N, default 300000), RANKSTREAM_BENCH_NAIVE_EVENTS (20000).
 """
@@ -28,6 +29,7 @@ from bench.harness.report import Row, header, met
 from bench.harness.stack import private_stack
 from bench.harness.stats import ratio
 from bench.worker.drain import measure_worker
+from bench.worker.profile import profile_worker
 from bench.worker.seed import measure_naive, measure_seed_ceiling
 from bench.worker.workload import ARRAY_SIZE, BOARDS, BOARDS_YAML, FOLDER, MEMBERS, WINDOWS
 
@@ -75,6 +77,8 @@ _DIAGNOSTICS = (
     "naive.cpu_pct.bench",
     "naive.cpu_pct.kafka",
     "naive.cpu_pct.others",
+    "worker_profile.us_per_event",
+    *(f"worker_profile.us_per_event_by_group.{g}" for g in ("parse", "chunk", "arguments", "redis", "other")),
 )
 ROWS = [
     Row("events_per_s", "events_per_s"),
@@ -99,6 +103,10 @@ ROWS = [
     Row("redis_bytes_per_member_window"),
     Row("bare_zset_bytes_per_member"),
     Row("bytes_vs_bare", "bytes_vs_bare", at_most=True),
+    Row("redis_us_per_event_declared"),
+    Row("redis_vs_bare_declared"),
+    Row("redis_bytes_per_member_window_declared"),
+    Row("bytes_vs_bare_declared", "bytes_vs_bare_declared", at_most=True),
     Row("worker_us_per_event"),
     Row("kafka_us_per_event"),
     *(Row(f"details.{path}") for path in _DIAGNOSTICS),
@@ -150,6 +158,7 @@ def run() -> Result:
         ids = measure_id_memory(stack, group, rng)
         ceiling = measure_seed_ceiling(stack)
         cost = measure_redis_cost(stack.client, rng)
+        profile = profile_worker(stack.client, BOARDS_YAML, rng)
         naive = measure_naive(stack, naive_n, rng)
     for name, report in (("single", single), ("arrays", arrays)):
         if not report["applied_exact"]:
@@ -181,6 +190,7 @@ def run() -> Result:
             "id_window": ids,
             "fences": fences,
             "redis_cost": cost,
+            "worker_profile": profile,
         },
         **head,
         "duration_s": round(time.monotonic() - started, 1),

@@ -88,8 +88,7 @@ class ApplyRequest:
     score_range: tuple[int, int] | None = None  # declared: integer scores within it, else refused
 
 
-@dataclass(frozen=True, slots=True)
-class EventReply:
+class EventReply(NamedTuple):  # one per event
     status: Status
     seq: int  # the board's seq after the event
     failed_as: str | None  # FAILED: the error class its first delivery raised
