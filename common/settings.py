@@ -50,7 +50,7 @@ class Settings(BaseModel):
     dedupe_window_s: int = Field(default=7 * 24 * 3600, ge=60)
     # Latest accepted event time = now + this (CONTRACT 2); also bounds the API's at= and period=.
     max_future_skew_s: int = Field(default=86_400, ge=0, le=366 * 86_400)
-    worker_batch_size: int = Field(default=1000, ge=1, le=100_000)
+    worker_batch_size: int = Field(default=5000, ge=1, le=100_000)
     worker_batch_timeout_ms: int = Field(default=50, ge=1, le=60_000)
     worker_http_port: int = Field(default=8081, ge=0, le=65535)
     shutdown_deadline_s: float = Field(default=20.0, gt=0)
