@@ -157,28 +157,35 @@ local function plan(c, op, score)
 end
 
 -- phase 2 for one instance: its dirty members, written with one call per command
-local function flush_packed(i, p, list)
+-- the zset writes of one instance's dirty members: removals from the rank zset and from the
+-- overflow, then additions (ZADD moves a member the rank zset holds), then the max_members split
+local function write_zsets(i, rem, gone, add, changed)
   local rk, ov = ikey(i, INST.RANK), ikey(i, INST.OVERFLOW)
+  if #rem > 0 then redis.call('ZREM', rk, unpack(rem)) end
+  if maxm > 0 and #gone > 0 then redis.call('ZREM', ov, unpack(gone)) end
+  if #add > 0 then redis.call('ZADD', rk, unpack(add)) end
+  if maxm > 0 then rebalance(rk, ov, changed) end
+end
+
+-- a packed instance: the member's own id, its packed score; no state hash
+local function flush_packed(i, p, list)
   local rem, gone, add = {}, {}, {}
   for _, d in ipairs(list) do
     local member, c = d[1], d[2]
     if c.rtie then gone[#gone + 1] = member end  -- the overflow may hold it
     if c.present then
       add[#add + 1] = fmt(ENC.pack(p, c.score, c.tie))
-      add[#add + 1] = member  -- ZADD moves a member the rank zset holds
+      add[#add + 1] = member
     else
       rem[#rem + 1] = member
     end
   end
-  if #rem > 0 then redis.call('ZREM', rk, unpack(rem)) end
-  if maxm > 0 and #gone > 0 then redis.call('ZREM', ov, unpack(gone)) end
-  if #add > 0 then redis.call('ZADD', rk, unpack(add)) end
-  if maxm > 0 then rebalance(rk, ov, #list) end
+  write_zsets(i, rem, gone, add, #list)
 end
 
 local function flush(i, list)
   if packings[i] then return flush_packed(i, packings[i], list) end
-  local rk, ov, st = ikey(i, INST.RANK), ikey(i, INST.OVERFLOW), ikey(i, INST.STATE)
+  local st = ikey(i, INST.STATE)
   local rem, gone, add, hset, hdel = {}, {}, {}, {}, {}
   for _, d in ipairs(list) do
     local member, c = d[1], d[2]
@@ -198,12 +205,9 @@ local function flush(i, list)
       hdel[#hdel + 1] = member
     end
   end
-  if #rem > 0 then redis.call('ZREM', rk, unpack(rem)) end
-  if maxm > 0 and #gone > 0 then redis.call('ZREM', ov, unpack(gone)) end
-  if #add > 0 then redis.call('ZADD', rk, unpack(add)) end
   if #hset > 0 then redis.call('HSET', st, unpack(hset)) end
   if #hdel > 0 then redis.call('HDEL', st, unpack(hdel)) end
-  if maxm > 0 then rebalance(rk, ov, #list) end
+  write_zsets(i, rem, gone, add, #list)
 end
 
 -- Two phases: every read and decision first, every write after the last event is decided. A
