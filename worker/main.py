@@ -84,7 +84,7 @@ def dlq_record_limit(settings: Settings) -> int:
         admin = AdminClient(settings.librdkafka())
         config = admin.describe_configs([resource], request_timeout=10)[resource].result(timeout=10)
         topic_limit = int(config["max.message.bytes"].value)
-    except (KafkaException, KeyError, ValueError) as exc:
+    except (KafkaException, KeyError, ValueError, TimeoutError) as exc:  # TimeoutError: no broker answered
         _log.warning(
             "dead-letter topic limit unknown, assuming the broker default", extra={"error": str(exc)}
         )

@@ -13,12 +13,13 @@ import pytest
 import redis
 from confluent_kafka import Consumer, TopicPartition
 
-from common.settings import Settings
+from common.settings import Settings, load_settings
 from rankstream.stack import LocalKafka, LocalRedis, free_port
 from rankstream.topics import UPDATE_PARTITIONS, ensure_topics
 from tests.helpers import applied_so_far, check_dlq, produce, running_worker, wait_for
 from tests.integration.test_worker_oracle import ROOT
 from tests.oracle import ORACLE_BOARDS, Message, compare_redis, generate, now_ms, run_model
+from worker.main import BROKER_DEFAULT_MAX_MESSAGE_BYTES, PRODUCER_MESSAGE_MAX_BYTES, dlq_record_limit
 
 pytestmark = pytest.mark.integration
 
@@ -158,3 +159,11 @@ def test_commits_are_read_while_the_coordinator_is_not_ready(make_settings, tmp_
         )
     finally:
         broker.stop()
+
+
+def test_dead_letter_limit_falls_back_when_no_broker_answers():
+    """The worker asks the DLQ topic's max.message.bytes at start; a broker that never answers
+    (the describe times out) leaves the broker default, not a traceback."""
+    settings = load_settings({}, kafka_bootstrap=f"127.0.0.1:{free_port()}")
+    expected = min(PRODUCER_MESSAGE_MAX_BYTES, BROKER_DEFAULT_MAX_MESSAGE_BYTES)
+    assert dlq_record_limit(settings) == expected
