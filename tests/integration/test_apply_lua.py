@@ -158,6 +158,10 @@ def test_period_keys_expire_and_late_events_skip_closed_periods(applier, rclient
     # day retention defaults to 31 days from the period's start (a real clock, so a range)
     expected = (1_795_305_600_000 + 31 * day_ms) / 1000 - time.time()
     assert abs(ttl_s - expected) < 60
+    # every key of the period expires with it (the state hash too; this type has no overflow)
+    day_keys = [k for k in rclient.scan_iter(match=f"{keys.tag}:*:day:*") if rclient.exists(k)]
+    assert len(day_keys) == 2
+    assert all(abs(rclient.pttl(k) / 1000 - expected) < 60 for k in day_keys)
 
 
 def test_noscript_fallback_after_script_flush(applier, rclient, settings):

@@ -122,11 +122,12 @@ def test_top_and_locate_read_the_rank_then_the_overflow_zset(rclient, keys, sett
 
 
 DAY = 1_795_276_800_000  # 2026-11-22T00:00+08:00: the day instance's period start
+EXPIRE_AT = 4_102_444_800_000  # 2100-01-01: far ahead, so the keys live through the test
 
 
 def packed_request(keys: BoardKeys, events: list[ApplyEvent], **overrides: object) -> ApplyRequest:
     """A declared range [-10, 100]: total in the general layout, the day packed (27 tie bits)."""
-    day = Instance("day:2026-11-22", 0, Packing(27, DAY, inv=True))
+    day = Instance("day:2026-11-22", EXPIRE_AT, Packing(27, DAY, inv=True))
     fields: dict[str, object] = {"instances": [Instance("total", 0), day], "score_range": (-10, 100)}
     return request(keys, events, **{**fields, **overrides})
 
@@ -143,6 +144,7 @@ def test_packed_window_keeps_one_entry_per_member_and_reports_its_exact_state(rc
     assert rows == [(b"a", 7 * 2**27 + mask - 86_399_999), (b"b", 5 * 2**27 + mask - 50)]
     assert not rclient.exists(keys.state("day:2026-11-22"), keys.rank("day:2026-11-22"))
     assert rclient.hlen(keys.state("total")) == 2  # total keeps the general layout
+    assert rclient.pexpiretime(keys.rank("day:2026-11-22", True)) == EXPIRE_AT  # the period's expiry
 
 
 @pytest.mark.parametrize(

@@ -411,12 +411,14 @@ for i = 1, W do
 end
 if seq ~= seq0 then redis.call('SET', KEYS[KEY.SEQ], seq) end
 
+-- a period's keys expire with it; a packed instance has no state hash, and without max_members
+-- no instance has an overflow zset (each PEXPIREAT is a call: ~1.5 us)
 for i = 1, W do
   local expire_at = expires[i]
   if touched[i] and expire_at ~= '0' then
-    for which = 1, INST._N do
-      if not (packings[i] and which == INST.STATE) then redis.call('PEXPIREAT', ikey(i, which), expire_at) end
-    end
+    redis.call('PEXPIREAT', ikey(i, INST.RANK), expire_at)
+    if maxm > 0 then redis.call('PEXPIREAT', ikey(i, INST.OVERFLOW), expire_at) end
+    if not packings[i] then redis.call('PEXPIREAT', ikey(i, INST.STATE), expire_at) end
   end
 end
 return out
