@@ -31,7 +31,8 @@ from worker.metrics import WorkerMetrics
 
 pytestmark = pytest.mark.integration
 EVENTS = 30_000
-WINDOW_1S = {"RANKSTREAM_ID_WINDOW_S": "1"}
+# a 1 s id window, and batches small enough (30k events) that each kill lands mid-stream
+WINDOW_1S = {"RANKSTREAM_ID_WINDOW_S": "1", "RANKSTREAM_WORKER_BATCH_SIZE": "500"}
 OUTCOMES = ("applied", "duplicate", "redelivered")
 
 
@@ -70,9 +71,13 @@ def relabeled(messages: list[Message]) -> list[Message]:
 
 
 def events_counted(port: int, outcome: str) -> float:
-    """rankstream_worker_events{outcome} of a worker subprocess, from its /metrics."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
-        text = resp.read().decode()
+    """rankstream_worker_events{outcome} of a worker subprocess, from its /metrics (0 while it
+    is not serving them yet)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+            text = resp.read().decode()
+    except OSError:
+        return 0.0
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             if sample.name == "rankstream_worker_events_total" and sample.labels.get("outcome") == outcome:
