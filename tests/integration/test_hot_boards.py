@@ -185,8 +185,8 @@ class NodeRunner:
         self._thread.join(10)
 
 
-def hot_settings(make_settings, tmp_path: Path, hot: bool = True) -> Settings:
-    settings: Settings = make_settings(boards=write_config(tmp_path, hot))
+def hot_settings(make_settings, tmp_path: Path, hot: bool = True, **overrides: object) -> Settings:
+    settings: Settings = make_settings(boards=write_config(tmp_path, hot), **overrides)
     ensure_topics(settings)
     return settings
 
@@ -258,7 +258,8 @@ class Crash(BaseException):
 
 
 def test_worker_dying_between_redis_and_publish_still_converges(make_settings, tmp_path, rclient):
-    settings = hot_settings(make_settings, tmp_path)
+    # batches of 500 messages: the stream spans many, so the third publish comes mid-stream
+    settings = hot_settings(make_settings, tmp_path, worker_batch_size=500)
     start = now_ms()
     messages = list(generate(seed=32, total=8_000, now_ms=start, boards=ALL_BOARDS))
     model, _ = model_with_history(messages, start)
@@ -284,9 +285,12 @@ def test_worker_dying_between_redis_and_publish_still_converges(make_settings, t
         except Crash as exc:
             crashed.append(exc)
 
-    thread = threading.Thread(target=run, args=(loop,))
+    thread = threading.Thread(target=run, args=(loop,), daemon=True)
     thread.start()
     thread.join(60)
+    if not crashed:  # stop it, or its consumer outlives the test (and a non-daemon one, the run)
+        loop.request_stop()
+        thread.join(30)
     assert crashed, "the worker did not reach the crash point"
     loop._consumer.close()
     client.close()
