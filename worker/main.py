@@ -131,7 +131,14 @@ def build_loop(settings: Settings, metrics: WorkerMetrics) -> tuple[WorkerLoop, 
         defaults={"linger.ms": 5, "transaction.timeout.ms": 10_000},
     )
     outputs = TransactionalOutputs(transactional, deadline)
-    outputs.init()
+    _log.info("registering the transactional id with Kafka", extra={"bootstrap": settings.kafka_bootstrap})
+    try:
+        outputs.init()
+    except KafkaException as exc:  # no broker, or none that answers: one line, exit 1 (the pod restarts)
+        raise InfrastructureError(
+            f"Kafka at {settings.kafka_bootstrap} did not answer the worker's start "
+            f"(init_transactions): {exc.args[0] if exc.args else exc}"
+        ) from None
     publisher = None
     if boards.hot:
         # the backfill on a plain producer (it may outgrow a transaction), live records in the

@@ -99,3 +99,22 @@ def test_bad_board_file_names_file_key_and_reason(tmp_path):
     assert proc.returncode == 2
     assert err.strip() == err.strip().splitlines()[0]
     assert str(bad) in err and "types.gift.order" in err and "upward" in err
+
+
+def test_worker_without_a_reachable_kafka_exits_1_with_one_error_line(settings):
+    """A wrong bootstrap (or Kafka down at start): the worker says so in one line and exits 1
+    (its pod restarts with back-off), instead of a traceback after a silent wait."""
+    bootstrap = f"127.0.0.1:{free_port()}"
+    env = {
+        **_clean_env(),
+        "RANKSTREAM_KAFKA_BOOTSTRAP": bootstrap,
+        "RANKSTREAM_REDIS_URL": settings.redis_url.get_secret_value(),
+        "RANKSTREAM_BOARDS": str(ROOT / "deploy" / "boards.yaml"),
+        "RANKSTREAM_WORKER_HTTP_PORT": str(free_port()),
+    }
+    proc = _rankstream("worker", env=env, merge_stderr=True)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 1, out
+    assert "Traceback" not in out, out
+    errors = [orjson.loads(line) for line in out.splitlines() if '"level":"error"' in line.replace(" ", "")]
+    assert len(errors) == 1 and bootstrap in errors[0]["msg"] and "did not answer" in errors[0]["msg"], out
