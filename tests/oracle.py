@@ -363,14 +363,15 @@ def _read_states(client: redis.Redis, tag: str, inst: str) -> dict[str, tuple[fl
 
 
 def read_packed(client: redis.Redis, tag: str, inst: str, bits: int) -> dict[str, tuple[float, int]]:
-    """A packed instance (desc, tie first: a later time packs smaller), decoded independently."""
+    """A packed instance (desc, tie first: a later time packs smaller; ties counted from 2 h
+    before the period's start), decoded independently."""
     window, pid = inst.split(":", 1)
     if window == "day":
         start = datetime.strptime(pid, "%Y-%m-%d")
     else:
         year, week = pid.split("-W")
         start = datetime.fromisocalendar(int(year), int(week), 1)
-    base = int(start.replace(tzinfo=TZ).timestamp() * 1000)
+    base = int(start.replace(tzinfo=TZ).timestamp() * 1000) - 2 * 3_600_000  # ties count from 2 h before
     mask = (1 << bits) - 1
     got = {}
     for key in (f"{tag}:p:{inst}", f"{tag}:q:{inst}"):

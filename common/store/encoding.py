@@ -36,7 +36,7 @@ from enum import IntEnum, StrEnum
 from typing import overload
 
 from common.boards import BoardType, Order, TieBreak, Window
-from common.store.packing import packable, tie_bits
+from common.store.packing import BEFORE_START_MS, packable, tie_bits
 
 EXACT_MAX = 2**53 - 1
 TIE_BYTES = 6  # 48 bits of milliseconds, beyond year 9999
@@ -84,7 +84,10 @@ def window_packing(board_type: BoardType, window: Window, period_start_ms: int) 
     """How an instance of the window (its period starting at `period_start_ms`; 0 for total)
     packs; None: the general layout."""
     bits = window_bits(board_type, window)
-    return None if bits is None else Packing(bits, period_start_ms, tie_mode(board_type) is TieMode.INV)
+    if bits is None:
+        return None
+    base = period_start_ms - BEFORE_START_MS if bits else 0  # without ties nothing counts from it
+    return Packing(bits, base, tie_mode(board_type) is TieMode.INV)
 
 
 def _tie_value(mode: TieMode, tie_ms: int) -> int:

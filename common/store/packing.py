@@ -2,11 +2,11 @@
 
 A window instance of such a type keeps one sorted-set entry per member, the member's own id
 with the score `score * 2**bits + tie`, where `tie` is the time (ms) the member reached its
-score counted from the start of the instance's period (inverted, `2**bits - 1 - offset`, when
-earlier must sort later), so Redis' score order *is* the board's order with its tie rule, and
-no state hash or tie prefix is needed (common/store/encoding.py, `Packing`). Exact while every
-packed value stays within 2**53: the declared range times 2**bits must fit, which
-common/boards.py checks when the config is loaded.
+score counted from BEFORE_START_MS before the start of the instance's period (inverted,
+`2**bits - 1 - offset`, when earlier must sort later), so Redis' score order *is* the board's
+order with its tie rule, and no state hash or tie prefix is needed (common/store/encoding.py,
+`Packing`). Exact while every packed value stays within 2**53: the declared range times
+2**bits must fit, which common/boards.py checks when the config is loaded.
 
 `total` has no period to count ties from, so it packs only without ties (tie_break: none);
 with ties it keeps the general layout. This module knows no board type (common/boards.py
@@ -17,8 +17,12 @@ from __future__ import annotations
 
 EXACT_BITS = 53
 _HOUR_MS = 3_600_000
-# The longest real duration of one period of each calendar window, with room for a daylight
-# saving shift of up to 2 h (common/periods.py: a repeated local hour is one bucket).
+# Ties count from BEFORE_START_MS before the period's start: where a daylight-saving gap is not
+# on the hour (Pacific/Chatham), an event can fall in a period that starts after it, by less
+# than the shift (common/periods.py). Every period's events then fit [0, BEFORE_START_MS +
+# the longest real duration of one period), the latter with room for a 2 h shift (a repeated
+# local hour is one bucket).
+BEFORE_START_MS = 2 * 3_600_000
 LONGEST_PERIOD_MS = {
     "hour": 3 * _HOUR_MS,
     "day": 26 * _HOUR_MS,
@@ -33,7 +37,7 @@ def tie_bits(kind: str, ties: bool) -> int | None:
     if not ties:
         return 0
     longest = LONGEST_PERIOD_MS.get(kind)
-    return None if longest is None else (longest - 1).bit_length()
+    return None if longest is None else (BEFORE_START_MS + longest - 1).bit_length()
 
 
 def packable_bounds(bits: int) -> tuple[int, int]:

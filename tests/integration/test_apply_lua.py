@@ -192,3 +192,20 @@ def test_max_members_lowered_on_a_big_board_moves_the_excess_in_one_call(setting
     assert rclient.zcard(keys.overflow("total")) == 4990
     best_overflow = rclient.zrevrange(keys.overflow("total"), 0, 0, withscores=True)[0][1]
     assert best_overflow == 4990 < ranked[-1][1]
+
+
+def test_a_packed_hour_takes_an_event_of_a_daylight_saving_gap_off_the_hour(rclient, settings):
+    """Pacific/Chatham jumps 02:45 -> 03:45 local on 2027-09-26 (14:00Z): an event at 14:05Z lands
+    in the hour `T03`, which starts at 14:15Z, after the event (common/periods.py). A packed
+    window counts ties from 2 h before its period's start (common/store/packing.py), so the
+    event is applied like any other, not refused as outside its period."""
+    config = "timezone: Pacific/Chatham\ntypes:\n  g: {windows: [total, hour], score_range: [0, 1000]}\n"
+    ts = 1_821_881_100_000  # 2027-09-25T14:05Z (ahead of the clock: the period's keys must not expire)
+    applier = Applier(rclient, parse_boards(config), settings.key_prefix, 60_000, now_ms=lambda: ts + 1)
+    event = UpdateEvent("gap-1", "g:x", "g", "m", Op.INCR, 5.0, ts, None)
+    (outcome,) = applier.apply([(event, ts)], positions=None)
+    assert outcome.status is Status.APPLIED
+    keys = BoardKeys(settings.key_prefix, "g:x")
+    [hour] = [k.decode().rsplit(":p:", 1)[1] for k in rclient.scan_iter(match=f"{keys.tag}:p:*")]
+    assert hour == "hour:2027-09-26T03"
+    assert rclient.zcard(keys.rank(hour, True)) == 1

@@ -14,7 +14,7 @@ import redis.asyncio as aioredis
 from common.idwindow import fingerprint
 from common.store import reads
 from common.store.apply import ApplyEvent, ApplyRequest, ApplyScript, FenceSource, ForeignEpoch, Instance
-from common.store.encoding import MemberState, Packing, Status, TieMode
+from common.store.encoding import TIE_WIDTH, MemberState, Packing, Status, TieMode
 from common.store.keys import BoardKeys
 
 pytestmark = pytest.mark.integration
@@ -170,3 +170,28 @@ def test_an_event_time_outside_the_packed_period_fails_its_call(rclient, keys):
     (reply,) = ApplyScript().run_many(rclient, [packed_request(keys, [event("a", 5, DAY - 1, 0)])])
     assert isinstance(reply, Exception) and "outside the packed period" in str(reply)
     assert rclient.get(keys.seq) is None
+
+
+@pytest.mark.parametrize("packed", [False, True], ids=["general", "packed"])
+def test_removing_max_members_brings_the_overflow_back_into_the_ranking(rclient, keys, packed):
+    """max_members 2 parks three of five members in the overflow zset; once the type has no
+    max_members, the next call of the board moves them back, and their scores stay exact."""
+    script = ApplyScript()
+    packing = Packing(27, DAY, inv=True) if packed else None
+    day = [Instance("day:2026-11-22", 0, packing)]
+    extra = {"score_range": (-10, 100)} if packed else {}
+    events = [
+        event(m, s, DAY + i, i, mask=1) for i, (m, s) in enumerate(zip("abcde", (5, 9, 7, 3, 1), strict=True))
+    ]
+    (first,) = script.run_many(rclient, [request(keys, events, instances=day, **extra)])
+    assert isinstance(first, list)
+    assert rclient.zcard(keys.overflow("day:2026-11-22", packed)) == 3
+    (reply,) = script.run_many(
+        rclient, [request(keys, [event("e", 2, DAY + 9, 9, mask=1)], instances=day, max_members=0, **extra)]
+    )
+    assert not isinstance(reply, (Exception, ForeignEpoch))
+    assert reply[0].states == (MemberState(3, DAY + 9),)  # 1 + 2: e's score was read from its old place
+    assert not rclient.exists(keys.overflow("day:2026-11-22", packed))
+    ranked = rclient.zrevrange(keys.rank("day:2026-11-22", packed), 0, -1)
+    prefix = 0 if packed else TIE_WIDTH
+    assert [m.decode()[prefix:] for m in ranked] == ["b", "c", "a", "d", "e"]

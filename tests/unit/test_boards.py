@@ -351,7 +351,7 @@ BAD_CONFIGS: list[tuple[str, str, str, str]] = [
     [
         # a day keeps 27 bits of tie: 2^26 - 1 is the widest top; total keeps its ties in members
         ("{windows: [total, day], score_range: [-67108864, 67108863]}", {"total": None, "day": 27}),
-        ("{windows: [hour, week, year], score_range: [0, 1000]}", {"hour": 24, "week": 30, "year": 35}),
+        ("{windows: [hour, week, year], score_range: [0, 1000]}", {"hour": 25, "week": 30, "year": 35}),
         # without ties nothing is packed beside the score: every window packs, total too
         ("{tie_break: none, windows: [total, month], score_range: [-5, 5]}", {"total": 0, "month": 0}),
         ("{windows: [total, day]}", {"total": None, "day": None}),  # no declared range

@@ -292,6 +292,22 @@ for e = 1, E do
     end
   end
 end
+-- A board whose type no longer has max_members: what its overflow zsets still hold rejoins the
+-- ranking before anything is read (the same members, the same scores: no state changes, so doing
+-- it before the decisions is safe even if the call fails later). One EXISTS while there is none.
+if maxm == 0 and W > 0 then
+  local overflows = {}
+  for i = 1, W do overflows[i] = ikey(i, INST.OVERFLOW) end
+  if redis.call('EXISTS', unpack(overflows)) > 0 then
+    for i = 1, W do
+      local rows = edge(overflows[i], SLICE, true)
+      while #rows > 0 do
+        move(overflows[i], ikey(i, INST.RANK), rows)
+        rows = edge(overflows[i], SLICE, true)
+      end
+    end
+  end
+end
 for i = 1, W do prefetch(i, per_instance[i]) end
 IDW.prefetch(ids, fps)
 if want_state and #members > 0 then
