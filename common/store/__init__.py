@@ -10,6 +10,7 @@ about Redis, and the only code that talks to rankstream's Lua scripts.
     reads.py      top.lua, locate.lua and the count reads the API makes
     advance.py    advance.lua: the consumer group's "applied up to" records
     scan.py       what backfill reads: a window's instances and their members' states
+                  (packedpage.lua: a packed window's members by value)
 
 Nothing outside this package builds a script's ARGV or walks a script's raw reply.
 """

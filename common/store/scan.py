@@ -1,6 +1,8 @@
 """What backfill reads from Redis, typed: the instances of a window and, page by page, every
 member's state in one instance with its meta (SCAN/HSCAN/ZSCAN: no call blocks Redis for long).
-A packed window's states are its zsets' scores (common/store/packing.py)."""
+A packed window's states are its zsets' scores (common/store/packing.py), read by value across
+its rank and overflow zsets (packedpage.lua), so a member max_members moves between them while
+backfill reads is never missed."""
 
 from __future__ import annotations
 
@@ -12,8 +14,11 @@ import redis
 
 from common.store.encoding import MemberState, Packing, parse_state, text
 from common.store.keys import TOTAL_INSTANCE, BoardKeys
+from common.store.scripts import load_script
 
 SCAN_COUNT = 2_000
+PAGE_KEYS, PAGE_ARGS = ("RANK", "OVERFLOW"), ("AFTER", "SIZE")
+_PACKED_PAGE = load_script("packedpage", (("K", PAGE_KEYS), ("A", PAGE_ARGS)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,9 +42,8 @@ def state_pages(
 ) -> Iterator[list[StateRow]]:
     """Every member of the instance with its state and meta, one scan page at a time."""
     if packing is not None:
-        for key in (keys.rank(instance, True), keys.overflow(instance, True)):
-            for page in _zscan_pages(client, key):
-                yield _with_metas(client, keys, {m: packing.unpack(v) for m, v in page})
+        for page in _packed_pages(client, keys, instance):
+            yield _with_metas(client, keys, {m: packing.unpack(v) for m, v in page})
         return
     cursor = 0
     while True:
@@ -51,13 +55,17 @@ def state_pages(
             return
 
 
-def _zscan_pages(client: redis.Redis, key: str) -> Iterator[list[tuple[bytes, float]]]:
-    cursor = 0
+def _packed_pages(client: redis.Redis, keys: BoardKeys, instance: str) -> Iterator[list[tuple[bytes, bytes]]]:
+    """A packed window's members, rank and overflow zsets together, page by page in value order
+    (packedpage.lua: a member moving between the two while we page is never skipped)."""
+    zsets = [keys.rank(instance, True), keys.overflow(instance, True)]
+    after: bytes | str = "-inf"
     while True:
-        cursor, page = client.zscan(key, cursor, count=SCAN_COUNT)
-        yield cast(list[tuple[bytes, float]], page)
-        if cursor == 0:
+        flat = cast(list[bytes], _PACKED_PAGE.run(client, zsets, [after, SCAN_COUNT]))
+        if not flat:
             return
+        yield list(zip(flat[::2], flat[1::2], strict=True))
+        after = flat[-1]
 
 
 def _with_metas(client: redis.Redis, keys: BoardKeys, states: dict[bytes, MemberState]) -> list[StateRow]:

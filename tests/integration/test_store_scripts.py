@@ -12,7 +12,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from common.idwindow import fingerprint
-from common.store import reads
+from common.store import reads, scan
 from common.store.apply import ApplyEvent, ApplyRequest, ApplyScript, FenceSource, ForeignEpoch, Instance
 from common.store.encoding import TIE_WIDTH, MemberState, Packing, Status, TieMode
 from common.store.keys import BoardKeys
@@ -195,3 +195,26 @@ def test_removing_max_members_brings_the_overflow_back_into_the_ranking(rclient,
     ranked = rclient.zrevrange(keys.rank("day:2026-11-22", packed), 0, -1)
     prefix = 0 if packed else TIE_WIDTH
     assert [m.decode()[prefix:] for m in ranked] == ["b", "c", "a", "d", "e"]
+
+
+def test_backfill_pages_a_packed_window_by_value_across_both_zsets(rclient, keys, monkeypatch):
+    """packedpage.lua: pages of 2 over the rank and overflow zsets together return every member
+    once, with its exact state, even where a page would cut a group of equal packed values."""
+    packing = Packing(27, DAY, inv=True)
+    day = [Instance("day:2026-11-22", 0, packing)]
+    scores = {"a": 5, "b": 5, "c": 9, "d": 7, "e": 5, "f": 1}  # a, b, e: one packed value
+    events = [
+        event(m, s, DAY + (50 if m == "f" else 10), i, mask=1) for i, (m, s) in enumerate(scores.items())
+    ]
+    (reply,) = ApplyScript().run_many(rclient, [request(keys, events, instances=day, score_range=(-10, 100))])
+    assert isinstance(reply, list)
+    assert rclient.zcard(keys.overflow("day:2026-11-22", True)) == 4  # max_members 2
+    monkeypatch.setattr(scan, "SCAN_COUNT", 2)
+    pages = list(scan.state_pages(rclient, keys, "day:2026-11-22", packing))
+    rows = [row for page in pages for row in page]
+    # page 1: f, then the group of 5s whole (the limit of 2 fell inside it); page 2: d, c
+    assert [sorted(row.member for row in page) for page in pages] == [["a", "b", "e", "f"], ["c", "d"]]
+    assert sorted(row.member for row in rows) == sorted(scores)
+    assert {row.member: row.state for row in rows} == {
+        m: MemberState(s, DAY + (50 if m == "f" else 10)) for m, s in scores.items()
+    }
