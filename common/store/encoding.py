@@ -151,8 +151,8 @@ def parse_state(raw: bytes | str) -> MemberState | None:
 @dataclass(frozen=True, slots=True)
 class Packing:
     """One packed window instance: `bits` of tie time beside the score, counted from `base_ms`
-    (the start of the instance's period), inverted when the tie mode is inv. apply.lua packs
-    (encoding.lua ENC.pack); this side reads."""
+    (BEFORE_START_MS before the start of the instance's period: `window_packing`), inverted
+    when the tie mode is inv. apply.lua packs (encoding.lua ENC.pack); this side reads."""
 
     bits: int
     base_ms: int

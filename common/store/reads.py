@@ -146,10 +146,16 @@ async def locate(client: aioredis.Redis, ref: WindowRef, members: Sequence[str],
     return Lookup(int(reply[0]), int(reply[1]), found)
 
 
+def _zcount_bounds(ref: WindowRef, low: str, high: str) -> tuple[str, str]:
+    """ZCOUNT bounds on scores, as the window's zsets hold them (packed, or the scores themselves)."""
+    if ref.packing is None:
+        return low, high
+    return packed_bound(ref.packing, low, True), packed_bound(ref.packing, high, False)
+
+
 async def count_between(client: aioredis.Redis, ref: WindowRef, low: str, high: str) -> Counted:
     """(members with low <= score <= high, seq); bounds in Redis syntax (`-inf`, `(5`, `10`)."""
-    if ref.packing is not None:
-        low, high = packed_bound(ref.packing, low, True), packed_bound(ref.packing, high, False)
+    low, high = _zcount_bounds(ref, low, high)
     pipe = client.pipeline(transaction=False)
     pipe.zcount(ref.rank_key, low, high)
     pipe.zcount(ref.overflow_key, low, high)
@@ -164,15 +170,10 @@ async def better_and_equal(
     """(members strictly better than `score` in the view, members equal to it, seq)."""
     value = format_score(score)
     high_first = ref.desc != reverse
-    better = (f"({value}", "+inf") if high_first else ("-inf", f"({value}")
-    equal = (value, value)
-    if ref.packing is not None:  # the same bounds on packed values
-        better = (
-            (packed_bound(ref.packing, better[0], True), better[1])
-            if high_first
-            else (better[0], packed_bound(ref.packing, better[1], False))
-        )
-        equal = (packed_bound(ref.packing, value, True), packed_bound(ref.packing, value, False))
+    better = (
+        _zcount_bounds(ref, f"({value}", "+inf") if high_first else _zcount_bounds(ref, "-inf", f"({value}")
+    )
+    equal = _zcount_bounds(ref, value, value)
     pipe = client.pipeline(transaction=False)
     for key in (ref.rank_key, ref.overflow_key):
         pipe.zcount(key, *better)

@@ -1,5 +1,6 @@
 """What backfill reads from Redis, typed: the instances of a window and, page by page, every
-member's state in one instance with its meta (SCAN/HSCAN/ZSCAN: no call blocks Redis for long).
+member's state in one instance with its meta (SCAN, HSCAN, a paged script: no call blocks Redis
+for long).
 A packed window's states are its zsets' scores (common/store/packing.py), read by value across
 its rank and overflow zsets (packedpage.lua), so a member max_members moves between them while
 backfill reads is never missed."""

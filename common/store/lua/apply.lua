@@ -7,7 +7,7 @@
 --       then per window instance i = 1..W: rank zset, overflow zset, state hash (ikey below).
 -- ARGV (positions in H, SRC, IA and EV): header, then S sources (fence field, topic id, low
 --       water), then per instance its expire-at ms (0 = never) and packing (tie bits, -1 = the
---       general layout, and the period's start ms), then per event F fields: op, member, score, tie ms, meta
+--       general layout, and the ms its ties count from), then per event F fields: op, member, score, tie ms, meta
 --       ('' = none), window mask (bit i-1 set = the event counts in instance i), offset, where
 --       (source number * 1000 + array index + 1; 0 = no source), id fingerprint, and while
 --       adopting a previous release's board the key of its record of the id (common/store/keys.py).
@@ -99,28 +99,23 @@ local function load(i, member)
 end
 local packings = {}  -- instance -> ENC.packing (nil: the general layout), read with the ARGV
 
--- a packed instance holds its members under their own ids: their packed scores are the state
+-- a packed instance holds its members under their own ids: their packed scores are the state,
+-- in the rank zset or (max_members) the overflow zset
 local function prefetch_packed(i, p, members)
-  local ci = cache[i]
-  local got = redis.call('ZMSCORE', ikey(i, INST.RANK), unpack(members))
-  local missing = {}
-  for j, member in ipairs(members) do
-    if got[j] then
-      local score, t = ENC.unpack(p, tonumber(got[j]))
-      ci[member] = {present = true, score = score, tie = t, rtie = t}
-    else
-      ci[member] = {present = false}
-      missing[#missing + 1] = member
-    end
-  end
-  if maxm > 0 and #missing > 0 then
-    local over = redis.call('ZMSCORE', ikey(i, INST.OVERFLOW), unpack(missing))
-    for j, member in ipairs(missing) do
-      if over[j] then
-        local score, t = ENC.unpack(p, tonumber(over[j]))
+  local ci, wanted = cache[i], members
+  for _, which in ipairs(maxm > 0 and {INST.RANK, INST.OVERFLOW} or {INST.RANK}) do
+    if #wanted == 0 then return end
+    local got, missing = redis.call('ZMSCORE', ikey(i, which), unpack(wanted)), {}
+    for j, member in ipairs(wanted) do
+      if got[j] then
+        local score, t = ENC.unpack(p, tonumber(got[j]))
         ci[member] = {present = true, score = score, tie = t, rtie = t}
+      else
+        ci[member] = {present = false}
+        missing[#missing + 1] = member
       end
     end
+    wanted = missing
   end
 end
 
