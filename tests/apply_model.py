@@ -23,6 +23,7 @@ from common.boards import parse_boards
 from common.events import UpdateEvent, parse_message, ts_ceiling
 from common.idwindow import fingerprint
 from common.store.encoding import MemberState, Status
+from tests.redis_layout import index_keys, read_general
 from worker.apply import Applier, Outcome, Position, Source
 
 # --- the contract's numbers, written out (and checked against the product's constants) ---------
@@ -462,12 +463,16 @@ def compare_redis(client: redis.Redis, prefix: str, model: Model) -> list[str]:
                 continue
             order = ranking(spec, members)
             cap = spec.max_members or len(order)
-            keys = {"h": f"{tag}:h:{instance}", "z": f"{tag}:z:{instance}"}
+            keys = {"z": f"{tag}:z:{instance}"}
             if len(order) > cap:
                 keys["o"] = f"{tag}:o:{instance}"
                 _event("overflow zset")
-            wanted.update(keys.values())
-            reads.append(("hgetall", keys["h"], partial(_check_states, want=members)))
+            index = index_keys(client, tag, instance)  # tests/redis_layout.py
+            if len(index) > 1:
+                _event("tie index split")
+            wanted.update(keys.values(), index)
+            states = read_general(client, tag, instance, spec.order == "asc", spec.tie)
+            _eq(states, dict(members), f"member states of {tag} {instance}")
             read = "zrange" if spec.order == "asc" else "zrevrange"
             for name, part in (("z", order[:cap]), ("o", order[cap:])):
                 if part:
@@ -475,7 +480,8 @@ def compare_redis(client: redis.Redis, prefix: str, model: Model) -> list[str]:
                     reads.append((read, keys[name], partial(_check_zset, want=want, tie=spec.tie)))
             # total never expires (-1); a period at the start of the period `retention` later
             expiry = state.expiry.get(instance, -1)
-            reads += [("pexpiretime", key, partial(_eq, want=expiry, what="expiry")) for key in keys.values()]
+            expiring = [*keys.values(), *index]
+            reads += [("pexpiretime", key, partial(_eq, want=expiry, what="expiry")) for key in expiring]
     assert sorted(found) == sorted(wanted), "the keys in Redis"
     pipe = client.pipeline(transaction=False)
     for command, key, _ in reads:
@@ -527,14 +533,6 @@ def _check_meta(got: Mapping[bytes, bytes], want: Mapping[str, Any]) -> None:
     _eq(decoded, dict(want), "meta")
     for raw in got.values():
         assert len(raw) <= MAX_META
-
-
-def _check_states(got: Mapping[bytes, bytes], want: Mapping[str, tuple[float, int]]) -> None:
-    decoded: dict[str, tuple[float, int]] = {}
-    for member, value in got.items():
-        score, tie = _text(value).split("|")
-        decoded[_text(member)] = (float(score), int(tie))
-    _eq(decoded, dict(want), "member states")
 
 
 def _check_zset(got: Sequence[tuple[bytes, float]], want: Sequence[tuple[str, float]], tie: str) -> None:

@@ -19,6 +19,8 @@ from zoneinfo import ZoneInfo
 import orjson
 import redis
 
+from tests.redis_layout import read_general
+
 ORACLE_BOARDS = """
 timezone: Asia/Shanghai
 types:
@@ -326,7 +328,7 @@ def compare_redis(client: redis.Redis, prefix: str, model: Model) -> int:
         tag = f"{prefix}{{{board}}}"
         kind = board.split(":")[0]
         assert int(client.get(f"{tag}:seq") or 0) == model.seq.get(board, 0), f"seq of {board}"
-        general = {_text(k).split(":h:", 1)[1] for k in client.scan_iter(match=f"{tag}:h:*", count=1000)}
+        general = {_text(k).split(":z:", 1)[1] for k in client.scan_iter(match=f"{tag}:z:*", count=1000)}
         packed = {_text(k).split(":p:", 1)[1] for k in client.scan_iter(match=f"{tag}:p:*", count=1000)}
         assert not general & packed, f"{board}: an instance in both layouts"
         model_instances = {i for i, members in model.state.get(board, {}).items() if members}
@@ -335,11 +337,15 @@ def compare_redis(client: redis.Redis, prefix: str, model: Model) -> int:
             expected = model.state[board][inst]
             bits = PACKED_BITS.get(kind, {}).get(inst.split(":")[0])
             assert (inst in packed) == (bits is not None), f"layout of {board} {inst}"
-            got = _read_states(client, tag, inst) if bits is None else read_packed(client, tag, inst, bits)
+            asc = kind in ASC
+            got = (
+                read_general(client, tag, inst, asc, TIE[kind])
+                if bits is None
+                else read_packed(client, tag, inst, bits)
+            )
             assert got == expected, f"states of {board} {inst}"
             order = model.ranking(board, inst)
             cap = CAP.get(kind)
-            asc = kind in ASC
             z, o, tie = ("z", "o", TIE[kind]) if bits is None else ("p", "q", "none")
             ranked = _read_zset(client, f"{tag}:{z}:{inst}", asc, tie)
             overflow = _read_zset(client, f"{tag}:{o}:{inst}", asc, tie)
@@ -352,14 +358,6 @@ def compare_redis(client: redis.Redis, prefix: str, model: Model) -> int:
         meta = {_text(m): v for m, v in client.hgetall(f"{tag}:meta").items()}
         assert meta == model.meta.get(board, {}), f"meta of {board}"
     return compared
-
-
-def _read_states(client: redis.Redis, tag: str, inst: str) -> dict[str, tuple[float, int]]:
-    got = {}
-    for m, v in client.hgetall(f"{tag}:h:{inst}").items():
-        score, tie = _text(v).split("|")
-        got[_text(m)] = (float(score), int(tie))
-    return got
 
 
 def read_packed(client: redis.Redis, tag: str, inst: str, bits: int) -> dict[str, tuple[float, int]]:

@@ -15,7 +15,7 @@ from common.boards import BoardsConfig, WindowKind
 from common.cache_records import marker_record, state_record
 from common.periods import parse_period
 from common.store import scan
-from common.store.encoding import Packing, window_bits, window_packing
+from common.store.encoding import Packing, TieMode, tie_mode, window_bits, window_packing
 from common.store.keys import BoardKeys
 from worker.publisher import CachePublisher
 
@@ -24,11 +24,11 @@ LOCK_MS = 600_000
 
 
 def _instances(client: redis.Redis, keys: BoardKeys, windows: tuple[str, ...], boards: BoardsConfig,
-               board_type_name: str) -> list[tuple[str, Packing | None]]:  # fmt: skip
-    """Every instance of the hot windows Redis holds, and how each packs."""
+               board_type_name: str) -> list[tuple[str, Packing | None, TieMode]]:  # fmt: skip
+    """Every instance of the hot windows Redis holds, how each packs and orders its ties."""
     board_type = boards.type_for(board_type_name)
     assert board_type is not None
-    out: list[tuple[str, Packing | None]] = []
+    out: list[tuple[str, Packing | None, TieMode]] = []
     for name in windows:
         window = board_type.window(name)
         total = window.kind is WindowKind.TOTAL
@@ -37,7 +37,7 @@ def _instances(client: redis.Redis, keys: BoardKeys, windows: tuple[str, ...], b
             start = (
                 0 if total else parse_period(window.kind, instance.split(":", 1)[1], boards.timezone).start_ms
             )
-            out.append((instance, window_packing(board_type, window, start)))
+            out.append((instance, window_packing(board_type, window, start), tie_mode(board_type)))
     return out
 
 
@@ -59,10 +59,10 @@ def backfill_board(
     try:
         seq0 = int(client.get(keys.seq) or 0)
         published = 0
-        for instance, packing in _instances(
+        for instance, packing, mode in _instances(
             client, keys, boards.hot_windows(board), boards, board.split(":", 1)[0]
         ):
-            for page in scan.state_pages(client, keys, instance, packing):
+            for page in scan.state_pages(client, keys, instance, packing, mode):
                 for row in page:
                     record = state_record(
                         board,

@@ -28,7 +28,7 @@ from common.store.scripts import ArgT, Call, load_script
 
 # where each field goes (apply.lua reads the positions from the tables of the same names)
 KEY = ("SEQ", "META", "FENCE", "IDW")  # the board's keys, then INST per instance
-INST = ("RANK", "OVERFLOW", "STATE")
+INST = ("RANK", "OVERFLOW", "STATE", "INDEX")
 H = ("W", "E", "MODE", "DESC", "MAXM", "STATE", "EPOCH", "WINDOW", "CAP", "LEGACY_TTL", "S",
      "LOW", "HIGH", "INTEGRAL")  # ARGV header  # fmt: skip
 SRC = ("FIELD", "TOPIC", "LOW")  # ARGV per source, after the header; then IA per instance
@@ -80,7 +80,7 @@ class ApplyRequest:
     want_state: bool  # hot boards: the reply carries each event's resulting states and meta
     epoch: str  # the Redis data set's epoch, written into and checked against the fence
     id_window_s: int
-    listpack_cap: int  # id window buckets split beyond this many entries
+    listpack_cap: int  # id window and tie index buckets split beyond this many entries
     legacy_ttl_ms: int  # > 0 while adopting the previous release's boards
     sources: Sequence[FenceSource]
     events: Sequence[ApplyEvent]
@@ -139,7 +139,8 @@ class ApplyScript:
             per: dict[str, str] = {
                 "RANK": keys.rank(name, packed),
                 "OVERFLOW": keys.overflow(name, packed),
-                "STATE": keys.state(name),  # unused by a packed window
+                "STATE": keys.state(name),  # the previous release's; unused by a packed window
+                "INDEX": keys.tie_index(name),  # unused by a packed window
             }
             key_list += [per[field] for field in INST]
         header: dict[str, str | int] = {

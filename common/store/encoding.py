@@ -16,10 +16,10 @@ ZRANGE; `tie_mode` picks the prefix that makes the board's tie_break come out.
 
 Packed windows. A board type that declares its score range keeps, in the windows where it fits,
 the tie inside an integer score and the member's id as the zset member (common/store/packing.py,
-`Packing`): one sorted-set entry per member, no tie prefix, no state hash.
+`Packing`): one sorted-set entry per member, no tie prefix, no tie index.
 
-Member state. The state hash holds "<score>|<tie ms>" per member (`parse_state`; written by
-common/store/lua/encoding.lua).
+Member state. "<score>|<tie ms>" (`parse_state`; written by common/store/lua/encoding.lua) is
+how the scripts report a member's state, and what the previous release's state hash holds.
 
 Memory. A hot window orders `sortable_score(...) + memory_body(...)` bytes: an 8-byte
 order-preserving image of the score, then the tie-encoded member as Redis holds it, inverted

@@ -5,16 +5,20 @@ board lives in one Cluster slot and one script may touch all of it.
     <prefix>{<board>}:meta             hash member -> meta JSON (latest wins)
     <prefix>{<board>}:z:<instance>     ranking zset (score, tie-encoded member), top max_members
     <prefix>{<board>}:o:<instance>     overflow zset: members beyond max_members (same encoding)
-    <prefix>{<board>}:h:<instance>     hash member -> "<score>|<tie ms>": exact state of every member
+    <prefix>{<board>}:t:<instance>     tie index directory (common/store/lua/tieindex.lua): with
+    <prefix>{<board>}:t:<instance>:<d>:<p>  its buckets, zset member -> tie ms, it finds a member's
+                                       entry in the zsets, whose score is its exact score
+    <prefix>{<board>}:h:<instance>     the previous release's hash member -> "<score>|<tie ms>",
+                                       kept by an instance that has one in place of a tie index
     <prefix>{<board>}:p:<instance>     a packed window's ranking zset (packed score, member id):
                                        a type with a declared score range (common/store/packing.py)
-    <prefix>{<board>}:q:<instance>     its overflow zset (max_members); a packed window has no :h:
+    <prefix>{<board>}:q:<instance>     its overflow zset (max_members); a packed window has no :t:
     <prefix>{<board>}:fence            hash: `e` -> the epoch the board was written in; per source
                                        `<topic>:<partition>` -> "<topic id>|<offset>|<array index+1>"
                                        of the last event applied, and `<source>!r` -> positions the
                                        script rejected since the source's last commit (apply.lua)
     <prefix>{<board>}:i                id window directory (common/lua/idwindow.lua)
-    <prefix>{<board>}:i:<d>:<p>        id window bucket: hash id fingerprint -> applied-at second
+    <prefix>{<board>}:i:<d>:<p>        id window bucket: zset id fingerprint -> applied-at second
     <prefix>{<board>}:id:<event id>    the previous release's per-event dedupe record: read (and
                                        written) only while adopting that release's boards
     <prefix>{<board>}:hot              set once the board's state is backfilled into update_cache
@@ -68,6 +72,9 @@ class BoardKeys:
     def state(self, instance: str) -> str:
         return f"{self.tag}:h:{instance}"
 
+    def tie_index(self, instance: str) -> str:
+        return f"{self.tag}:t:{instance}"
+
     @property
     def fence(self) -> str:
         return f"{self.tag}:fence"
@@ -88,9 +95,9 @@ class BoardKeys:
         return f"{self.tag}:hot:lock"
 
     def instance_pattern(self, window: str, packed: bool) -> str:
-        """SCAN pattern of the keys that name every period of a calendar window Redis holds:
-        the state hashes, or a packed window's ranking zsets (its overflow needs a ranking)."""
-        return f"{self.rank(window, packed) if packed else self.state(window)}:*"
+        """SCAN pattern of the keys that name every period of a calendar window Redis holds: its
+        ranking zsets (an instance with members has one: max_members keeps the best there)."""
+        return f"{self.rank(window, packed)}:*"
 
 
 def partition_owners(prefix: str, group: str, topic: str) -> str:

@@ -26,7 +26,7 @@ from common.store.scripts import load_script
 
 # where each field goes (the scripts read the positions from the tables of the same names)
 TOP_KEYS, TOP_ARGS = ("RANK", "OVERFLOW", "META", "SEQ"), ("START", "STOP", "DESC", "REVERSE", "PLEN")
-LOCATE_KEYS = ("RANK", "OVERFLOW", "STATE", "META", "SEQ")
+LOCATE_KEYS = ("RANK", "OVERFLOW", "STATE", "INDEX", "META", "SEQ")
 LOCATE_ARGS = ("DESC", "REVERSE", "MODE", "BITS", "BASE")  # then the members
 PER_MEMBER = ("STATE", "POSITION", "BETTER", "META")  # locate.lua's reply per member, after total, seq
 _STATE, _POSITION, _BETTER, _META = (PER_MEMBER.index(n) for n in ("STATE", "POSITION", "BETTER", "META"))
@@ -92,6 +92,8 @@ class WindowRef:
             return self.overflow_key
         if name == "STATE":
             return keys.state(self.instance)
+        if name == "INDEX":
+            return keys.tie_index(self.instance)
         return keys.meta if name == "META" else keys.seq
 
     def key_list(self, names: Sequence[str]) -> list[str]:

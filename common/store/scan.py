@@ -1,9 +1,11 @@
 """What backfill reads from Redis, typed: the instances of a window and, page by page, every
-member's state in one instance with its meta (SCAN, HSCAN, a paged script: no call blocks Redis
-for long).
-A packed window's states are its zsets' scores (common/store/packing.py), read by value across
-its rank and overflow zsets (packedpage.lua), so a member max_members moves between them while
-backfill reads is never missed."""
+member's state in one instance with its meta (SCAN and paged scripts: no call blocks Redis for
+long).
+A general window's states are read through its tie index (statepage.lua), or the state hash of
+an instance the previous release wrote (HSCAN). A packed window's states are its zsets' scores
+(common/store/packing.py), read by value across its rank and overflow zsets (packedpage.lua).
+Either way a member max_members moves between the two zsets while backfill reads is never
+missed."""
 
 from __future__ import annotations
 
@@ -13,13 +15,15 @@ from typing import cast
 
 import redis
 
-from common.store.encoding import MemberState, Packing, parse_state, text
+from common.store.encoding import MemberState, Packing, TieMode, parse_state, text
 from common.store.keys import TOTAL_INSTANCE, BoardKeys
 from common.store.scripts import load_script
 
 SCAN_COUNT = 2_000
 PAGE_KEYS, PAGE_ARGS = ("RANK", "OVERFLOW"), ("AFTER", "SIZE")
 _PACKED_PAGE = load_script("packedpage", (("K", PAGE_KEYS), ("A", PAGE_ARGS)))
+STATE_PAGE_KEYS, STATE_PAGE_ARGS = ("RANK", "OVERFLOW", "INDEX"), ("CURSOR", "SIZE", "MODE")
+_STATE_PAGE = load_script("statepage", (("K", STATE_PAGE_KEYS), ("A", STATE_PAGE_ARGS)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,18 +37,23 @@ def instances(client: redis.Redis, keys: BoardKeys, window: str, total: bool, pa
     """`total`, or every period of a calendar window that Redis still holds."""
     if total:
         return [TOTAL_INSTANCE]
-    prefix_len = len(keys.rank("", packed) if packed else keys.state(""))  # before the instance
+    prefix_len = len(keys.rank("", packed))  # before the instance
     pattern = keys.instance_pattern(window, packed)
     return [text(raw)[prefix_len:] for raw in client.scan_iter(match=pattern, count=SCAN_COUNT)]
 
 
 def state_pages(
-    client: redis.Redis, keys: BoardKeys, instance: str, packing: Packing | None
+    client: redis.Redis, keys: BoardKeys, instance: str, packing: Packing | None, mode: TieMode
 ) -> Iterator[list[StateRow]]:
     """Every member of the instance with its state and meta, one scan page at a time."""
     if packing is not None:
         for page in _packed_pages(client, keys, instance):
             yield _with_metas(client, keys, {m: packing.unpack(v) for m, v in page})
+        return
+    if not client.exists(keys.state(instance)):
+        for page in _indexed_pages(client, keys, instance, mode):
+            states = {member: parse_state(raw) for member, raw in page}
+            yield _with_metas(client, keys, {m: s for m, s in states.items() if s is not None})
         return
     cursor = 0
     while True:
@@ -67,6 +76,18 @@ def _packed_pages(client: redis.Redis, keys: BoardKeys, instance: str) -> Iterat
             return
         yield list(zip(flat[::2], flat[1::2], strict=True))
         after = flat[-1]
+
+
+def _indexed_pages(
+    client: redis.Redis, keys: BoardKeys, instance: str, mode: TieMode
+) -> Iterator[list[tuple[bytes, bytes]]]:
+    """A general window's members and states through its tie index, whole buckets a page."""
+    zsets = [keys.rank(instance), keys.overflow(instance), keys.tie_index(instance)]
+    cursor = 0
+    while cursor >= 0:
+        reply = cast(list[bytes], _STATE_PAGE.run(client, zsets, [cursor, SCAN_COUNT, mode.value]))
+        cursor = int(reply[0])
+        yield list(zip(reply[1::2], reply[2::2], strict=True))
 
 
 def _with_metas(client: redis.Redis, keys: BoardKeys, states: dict[bytes, MemberState]) -> list[StateRow]:

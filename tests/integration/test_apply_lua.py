@@ -12,6 +12,7 @@ from common.events import Op, UpdateEvent
 from common.store.apply import ApplyScript
 from common.store.encoding import MemberState, Status, decode_member, tie_mode
 from common.store.keys import BoardKeys
+from tests.redis_layout import read_general
 from worker.apply import Applier
 
 pytestmark = pytest.mark.integration
@@ -137,10 +138,8 @@ def test_max_members_keeps_the_exact_top_and_every_score(applier, rclient, setti
     assert len(top) == min(cap, len(model))
     best = sorted(model.values(), reverse=desc)[:cap]
     assert [s for _, s in top] == best
-    states = {
-        k.decode(): float(v.decode().split("|")[0]) for k, v in rclient.hgetall(keys.state("total")).items()
-    }
-    assert states == model
+    states = read_general(rclient, keys.tag, "total", not desc, "first")
+    assert {member: score for member, (score, _) in states.items()} == model
     assert rclient.zcard(keys.rank("total")) + rclient.zcard(keys.overflow("total")) == len(model)
 
 

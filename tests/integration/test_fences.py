@@ -16,6 +16,7 @@ from common.idwindow import fingerprint
 from common.store.advance import raise_applied
 from common.store.encoding import Status
 from common.store.keys import BoardKeys
+from tests.redis_layout import read_general
 from worker.apply import Applier, EpochMismatch, Position, Source
 
 pytestmark = pytest.mark.integration
@@ -40,9 +41,11 @@ def applier(rclient, settings) -> Applier:
 
 
 def score(rclient, settings, member: str = "m") -> float | None:
-    """The member's exact state (the rank zset's members carry a tie prefix)."""
-    raw = rclient.hget(BoardKeys(settings.key_prefix, "gift:r").state("total"), member)
-    return None if raw is None else float(raw.split(b"|")[0])
+    """The member's exact score (tests/redis_layout.py reads the tie index and zsets)."""
+    state = read_general(rclient, BoardKeys(settings.key_prefix, "gift:r").tag, "total", False, "first").get(
+        member
+    )
+    return None if state is None else state[0]
 
 
 def statuses(applier: Applier, events: list[UpdateEvent], positions: list[Position | None]) -> list[Status]:

@@ -32,12 +32,14 @@ from tests.oracle import (
     ORACLE_BOARDS_RANGED,
     PACKED_BITS,
     RANGED_BOARDS,
+    TIE,
     Message,
     Model,
     generate,
     now_ms,
     read_packed,
 )
+from tests.redis_layout import read_general
 from worker.consumer import WorkerLoop
 from worker.main import build_loop
 from worker.metrics import WorkerMetrics
@@ -96,20 +98,15 @@ def assert_memory_equals_redis(client: redis.Redis, prefix: str, hot: HotBoard) 
     redis_instances: dict[str, int | None] = {}  # instance -> its packed tie bits (None: general)
     for window in HOT[hot.board]:
         bits = PACKED_BITS.get(hot.board.split(":")[0], {}).get(window)
-        pattern = (
-            keys.state("total") if window == "total" else keys.instance_pattern(window, bits is not None)
-        )
+        packed = bits is not None
+        pattern = keys.rank("total") if window == "total" else keys.instance_pattern(window, packed)
         for raw in client.scan_iter(match=pattern):
-            redis_instances[raw.decode()[len(keys.state("")) :]] = bits
+            redis_instances[raw.decode()[len(keys.rank("", packed)) :]] = bits
     memory_instances = {i for i, w in hot.instances.items() if len(w)}
     assert memory_instances == set(redis_instances), hot.board
     for inst, bits in redis_instances.items():
         if bits is None:
-            raw_states = cast(dict[bytes, bytes], client.hgetall(keys.state(inst)))
-            stored = {
-                m.decode(): (float(v.decode().split("|")[0]), int(v.decode().split("|")[1]))
-                for m, v in raw_states.items()
-            }
+            stored = read_general(client, keys.tag, inst, not hot.desc, TIE[hot.board.split(":")[0]])
         else:
             stored = read_packed(client, keys.tag, inst, bits)
         in_memory = {m: (score, tie) for m, (score, tie, _) in hot.instances[inst].items().items()}

@@ -1,10 +1,13 @@
 -- apply.lua: apply a batch of update events of ONE board, atomically and exactly once.
 --! include encoding
+--! include xhash
 --! include idwindow
+--! include tieindex
 --
 -- KEYS (positions in KEY and INST, from common/store/apply.py): board seq, board meta hash,
 --       board fence hash, id window directory,
---       then per window instance i = 1..W: rank zset, overflow zset, state hash (ikey below).
+--       then per window instance i = 1..W: rank zset, overflow zset, the previous release's
+--       state hash, tie index directory (ikey below).
 -- ARGV (positions in H, SRC, IA and EV): header, then S sources (fence field, topic id, low
 --       water), then per instance its expire-at ms (0 = never) and packing (tie bits, -1 = the
 --       general layout, and the ms its ties count from), then per event F fields: op, member, score, tie ms, meta
@@ -24,8 +27,9 @@
 -- applied less than the id window ago is a producer duplicate.
 --
 -- The zset score is the exact score; the member is prefixed with its tie time in fixed-width
--- hex (common/store/encoding.py) so Redis' bytewise order of equal scores is the tie rule. A
--- packed instance (common/store/packing.py) instead keeps the member's own id with the tie
+-- hex (common/store/encoding.py) so Redis' bytewise order of equal scores is the tie rule; the
+-- tie index (tieindex.lua) finds a member's entry. An instance the previous release wrote keeps
+-- its state hash (member -> "<score>|<tie ms>") in place of the index. A packed instance (common/store/packing.py) instead keeps the member's own id with the tie
 -- inside its integer score, and has no state hash: its zsets are the state.
 
 -- H (ARGV header positions) and C (shared constants, statuses C.ST) come from the prelude
@@ -40,7 +44,8 @@ local low, high, integral = tonumber(ARGV[H.LOW]), tonumber(ARGV[H.HIGH]), ARGV[
 local F = legacy and EV._N or EV._N - 1  -- ARGV per event: EV.LEGACY_KEY only while adopting
 local ST = C.ST
 local KI = KEY._N  -- KEYS before the instances
--- the key of instance i's rank (INST.RANK), overflow (INST.OVERFLOW) or state (INST.STATE)
+-- the key of instance i's rank (INST.RANK), overflow (INST.OVERFLOW), state hash (INST.STATE)
+-- or tie index (INST.INDEX)
 local function ikey(i, which) return KEYS[KI + INST._N * (i - 1) + which] end
 local fmt = ENC.score
 local function enc(tie, member) return ENC.member(mode, tie, member) end
@@ -98,6 +103,7 @@ local function load(i, member)
   return cache[i][member]
 end
 local packings = {}  -- instance -> ENC.packing (nil: the general layout), read with the ARGV
+local indexes = {}  -- instance -> its tie index (TI.new); false: it keeps a state hash (or is packed)
 
 -- a packed instance holds its members under their own ids: their packed scores are the state,
 -- in the rank zset or (max_members) the overflow zset
@@ -119,11 +125,41 @@ local function prefetch_packed(i, p, members)
   end
 end
 
+-- a general instance: the tie index gives each member's zset entry, which is in the rank zset
+-- or (max_members) the overflow zset. An entry the index names but neither zset holds is
+-- treated as absent (c.rtie still set: writing the member drops or replaces it).
+local function prefetch_indexed(i, members)
+  local ci, ties, wanted, zmembers = cache[i], TI.ties(indexes[i], members), {}, {}
+  for _, member in ipairs(members) do
+    local t = ties[member]
+    if t then
+      wanted[#wanted + 1] = member
+      zmembers[#zmembers + 1] = enc(t, member)
+    end
+    ci[member] = {present = false, rtie = t or nil}
+  end
+  for _, which in ipairs(maxm > 0 and {INST.RANK, INST.OVERFLOW} or {INST.RANK}) do
+    if #wanted == 0 then return end
+    local got, missing, missing_z = redis.call('ZMSCORE', ikey(i, which), unpack(zmembers)), {}, {}
+    for j, member in ipairs(wanted) do
+      if got[j] then
+        local c = ci[member]
+        c.present, c.score, c.tie = true, tonumber(got[j]), c.rtie
+      else
+        missing[#missing + 1] = member
+        missing_z[#missing_z + 1] = zmembers[j]
+      end
+    end
+    wanted, zmembers = missing, missing_z
+  end
+end
+
 local function prefetch(i, members)
   local ci = {}
   cache[i] = ci
   if #members == 0 then return end
   if packings[i] then return prefetch_packed(i, packings[i], members) end
+  if indexes[i] then return prefetch_indexed(i, members) end
   local got = redis.call('HMGET', ikey(i, INST.STATE), unpack(members))
   for j, member in ipairs(members) do
     local old = got[j]
@@ -180,8 +216,9 @@ end
 
 local function flush(i, list)
   if packings[i] then return flush_packed(i, packings[i], list) end
-  local st = ikey(i, INST.STATE)
-  local rem, gone, add, hset, hdel = {}, {}, {}, {}, {}
+  local index = indexes[i]
+  local rem, gone, add = {}, {}, {}
+  local hset, hdel, put, drop = {}, {}, {}, {}  -- the state hash's writes, or the tie index's
   for _, d in ipairs(list) do
     local member, c = d[1], d[2]
     if c.rtie then
@@ -192,14 +229,22 @@ local function flush(i, list)
     end
     if c.present then
       local text = fmt(c.score)
-      hset[#hset + 1] = member
-      hset[#hset + 1] = ENC.state(text, c.tie)
       add[#add + 1] = text
       add[#add + 1] = enc(c.tie, member)
-    else
+      if not index then
+        hset[#hset + 1] = member
+        hset[#hset + 1] = ENC.state(text, c.tie)
+      elseif c.tie ~= c.rtie then
+        put[#put + 1] = {member, c.tie}  -- the index changes only where the tie does
+      end
+    elseif not index then
       hdel[#hdel + 1] = member
+    elseif c.rtie then
+      drop[#drop + 1] = member
     end
   end
+  if index then TI.write(index, put, drop) end
+  local st = ikey(i, INST.STATE)
   if #hset > 0 then redis.call('HSET', st, unpack(hset)) end
   if #hdel > 0 then redis.call('HDEL', st, unpack(hdel)) end
   write_zsets(i, rem, gone, add, #list)
@@ -249,6 +294,9 @@ for i = 1, W do
   expires[i] = ARGV[at + IA.EXPIRE]
   packings[i] = ENC.packing(tonumber(ARGV[at + IA.BITS]), tonumber(ARGV[at + IA.BASE]), mode)
   at = at + IA._N
+  -- a general instance without the previous release's state hash keeps a tie index
+  indexes[i] = not packings[i] and redis.call('EXISTS', ikey(i, INST.STATE)) == 0
+               and TI.new(ikey(i, INST.INDEX), tonumber(ARGV[H.CAP]), expires[i])
 end
 
 local ids = IDW.new(KEYS[KEY.IDW], tonumber(ARGV[H.WINDOW]), tonumber(ARGV[H.CAP]))
@@ -422,14 +470,14 @@ for i = 1, W do
 end
 if seq ~= seq0 then redis.call('SET', KEYS[KEY.SEQ], seq) end
 
--- a period's keys expire with it; a packed instance has no state hash, and without max_members
--- no instance has an overflow zset (each PEXPIREAT is a call: ~1.5 us)
+-- a period's keys expire with it (a tie index's as they are written: tieindex.lua); without
+-- max_members no instance has an overflow zset (each PEXPIREAT is a call: ~1.5 us)
 for i = 1, W do
   local expire_at = expires[i]
   if touched[i] and expire_at ~= '0' then
     redis.call('PEXPIREAT', ikey(i, INST.RANK), expire_at)
     if maxm > 0 then redis.call('PEXPIREAT', ikey(i, INST.OVERFLOW), expire_at) end
-    if not packings[i] then redis.call('PEXPIREAT', ikey(i, INST.STATE), expire_at) end
+    if not packings[i] and not indexes[i] then redis.call('PEXPIREAT', ikey(i, INST.STATE), expire_at) end
   end
 end
 return out

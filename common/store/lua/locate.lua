@@ -1,7 +1,9 @@
 -- locate.lua: score, position and "members strictly better" of several members, one round trip.
 --! include encoding
--- KEYS (positions in K, ARGV in A; common/store/reads.py): rank zset, overflow zset, state
---       hash, meta hash, board seq. ARGV: desc 1|0, reverse 1|0, tie mode inv|fwd|none, the
+--! include xhash
+--! include tieindex
+-- KEYS (positions in K, ARGV in A; common/store/reads.py): rank zset, overflow zset, the
+--       previous release's state hash, tie index directory, meta hash, board seq. ARGV: desc 1|0, reverse 1|0, tie mode inv|fwd|none, the
 --       packing (tie bits, -1 = the general layout; the ms ties count from), then the members.
 -- Returns {total, seq, then per member (positions in M): state ('' if absent), position
 -- (0-based in the view, -1 if absent), strictly-better count in the view (-1 if absent), meta
@@ -14,9 +16,21 @@ local total = R + O
 local high_first = desc ~= reverse
 
 local function enc(tie, member) return ENC.member(mode, tie, member) end
+-- a general instance finds a member's entry through its tie index, or the state hash the
+-- previous release wrote (apply.lua)
+local index = not packing and redis.call('EXISTS', KEYS[K.STATE]) == 0 and TI.new(KEYS[K.INDEX], 0, '0')
 
 -- the member's zset member, its score text and its state ("<score>|<tie>"); nil if absent
 local function find(member)
+  if index then
+    local tie = TI.tie(index, member)
+    if not tie then return nil end
+    local zmember = enc(tie, member)
+    local value = redis.call('ZSCORE', RK, zmember) or redis.call('ZSCORE', OV, zmember)
+    if not value then return nil end
+    local text = ENC.score(tonumber(value))
+    return zmember, text, ENC.state(text, tie)
+  end
   if not packing then
     local state = redis.call('HGET', KEYS[K.STATE], member)
     if not state then return nil end
