@@ -19,8 +19,9 @@ from __future__ import annotations
 import hashlib
 
 FINGERPRINT_BYTES = 10
-# Redis' default zset-max-listpack-entries: a bucket that grows past it splits (a sorted set
-# beyond it would turn into a skiplist, 3-4x the bytes per entry)
+# Redis' default zset-max-listpack-entries (and hash-max-listpack-entries in its shipped config):
+# an id window or tie index bucket that grows past it splits (a sorted set or hash beyond it
+# would leave the compact encoding, 3-4x the bytes per entry)
 LISTPACK_CAP = 128
 
 

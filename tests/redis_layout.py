@@ -1,5 +1,5 @@
 """The general layout read straight from Redis, independently of common/store: a window
-instance's tie index (`<tag>:t:<instance>:<d>:<p>` zsets, member id -> tie ms) and its zsets
+instance's tie index (`<tag>:t:<instance>:<d>:<p>` hashes, member id -> tie ms) and its zsets
 (`:z:` and, with max_members, `:o:`; members prefixed with their tie in 12 hex digits, inverted
 where earlier ties must sort later bytewise; no prefix under tie_break none). An instance the
 previous release wrote has its state hash (`:h:`, member -> "<score>|<tie ms>") instead of
@@ -32,7 +32,7 @@ def read_index(client: redis.Redis, tag: str, inst: str) -> dict[str, int]:
     for key in index_keys(client, tag, inst):
         if key == f"{tag}:t:{inst}":
             continue
-        for member, tie in cast(list[tuple[bytes, float]], client.zrange(key, 0, -1, withscores=True)):
+        for member, tie in cast(dict[bytes, bytes], client.hgetall(key)).items():
             assert _text(member) not in ties, f"{member!r} is in two buckets of {tag} {inst}"
             ties[_text(member)] = int(tie)
     return ties

@@ -6,7 +6,7 @@ board lives in one Cluster slot and one script may touch all of it.
     <prefix>{<board>}:z:<instance>     ranking zset (score, tie-encoded member), top max_members
     <prefix>{<board>}:o:<instance>     overflow zset: members beyond max_members (same encoding)
     <prefix>{<board>}:t:<instance>     tie index directory (common/store/lua/tieindex.lua): with
-    <prefix>{<board>}:t:<instance>:<d>:<p>  its buckets, zset member -> tie ms, it finds a member's
+    <prefix>{<board>}:t:<instance>:<d>:<p>  its buckets, hash member -> tie ms, it finds a member's
                                        entry in the zsets, whose score is its exact score
     <prefix>{<board>}:h:<instance>     the previous release's hash member -> "<score>|<tie ms>",
                                        kept by an instance that has one in place of a tie index

@@ -4,9 +4,10 @@
 -- A general window instance keeps each member in its zsets under the member's id prefixed
 -- with its tie (encoding.lua ENC.member), scored with its exact score. The tie index says, per
 -- member, the ms its tie counts from, so the zset entry (and with it the score) can be found:
--- xhash.lua's buckets under <dir> = the instance's :t: key (zset member id -> tie ms; a
+-- xhash.lua's buckets under <dir> = the instance's :t: key (hash member id -> tie ms; a
 -- member's slot value is XH.string_slot of its id). Small buckets are listpacks: an entry costs
--- about its id and ~10 bytes, where a hash field costs ~60 more (common/store/keys.py).
+-- about its id and ~10 bytes, where a field of one big hash costs ~60 more. Hashes, not zsets:
+-- a listpack hash sets a field in place, where a zset re-sorts it (~1.8 against ~3 us).
 -- A period's index keys expire with it (`expire_at`, '0' = never).
 
 local TI = {}
@@ -15,27 +16,16 @@ function TI.new(dir, cap, expire_at)
   local function expire(key)
     if expire_at ~= '0' then redis.call('PEXPIREAT', key, expire_at) end
   end
-  return {x = XH.new(dir, cap, XH.string_slot, expire), slots = {}}
+  return {x = XH.new(dir, cap, XH.string_slot, expire, true)}
 end
 
-local function slot_of(t)
-  return function(member)
-    local v = t.slots[member]
-    if v == nil then
-      v = XH.string_slot(member)
-      t.slots[member] = v
-    end
-    return v
-  end
-end
-
--- the tie of each of `members` (false: not in the index), one ZMSCORE per bucket
+-- the tie of each of `members` (false: not in the index), one HMGET per bucket
 function TI.ties(t, members)
   local out = {}
-  local keys, groups = XH.group(t.x, members, slot_of(t))
+  local keys, groups = XH.group(t.x, members, XH.string_slot)
   for _, key in ipairs(keys) do
     local g = groups[key].items
-    local got = redis.call('ZMSCORE', key, unpack(g))
+    local got = redis.call('HMGET', key, unpack(g))
     for j, member in ipairs(g) do out[member] = got[j] and tonumber(got[j]) or false end
   end
   return out
@@ -43,35 +33,32 @@ end
 
 -- the tie of one member, or nil
 function TI.tie(t, member)
-  local got = redis.call('ZSCORE', (XH.bucket(t.x, slot_of(t)(member))), member)
+  local got = redis.call('HGET', (XH.bucket(t.x, XH.string_slot(member))), member)
   return got and tonumber(got)
 end
 
 -- write members' ties: `put` = {member, tie} pairs, `drop` = members leaving the instance.
--- Per bucket one ZREM and one ZADD; a bucket that may have been created now (it holds no more
--- entries than were just put) gets the instance's expiry, and one that outgrew the cap splits.
+-- Per bucket one HDEL and one HSET; where fields were added, a bucket that outgrew the cap
+-- splits, and one created now (it holds only the fields just added) gets the instance's expiry.
 function TI.write(t, put, drop)
   local items = {}
   for _, pair in ipairs(put) do items[#items + 1] = pair end
   for _, member in ipairs(drop) do items[#items + 1] = {member} end
-  local slot = slot_of(t)
-  local keys, groups = XH.group(t.x, items, function(item) return slot(item[1]) end)
+  local keys, groups = XH.group(t.x, items, function(item) return XH.string_slot(item[1]) end)
   for _, key in ipairs(keys) do
     local g, rem, add = groups[key], {}, {}
     for _, item in ipairs(g.items) do
       if item[2] then
-        add[#add + 1] = ENC.score(item[2])
         add[#add + 1] = item[1]
+        add[#add + 1] = ENC.score(item[2])
       else
         rem[#rem + 1] = item[1]
       end
     end
-    if #rem > 0 then redis.call('ZREM', key, unpack(rem)) end
-    if #add > 0 then
-      redis.call('ZADD', key, unpack(add))
-      local card = XH.settle(t.x, key, g.d, g.p)
-      if card >= 0 and card <= #add / 2 then t.x.expire(key) end
-    end
+    if #rem > 0 then redis.call('HDEL', key, unpack(rem)) end
+    -- only new fields can make the bucket outgrow the cap, or be the first of a new key
+    local new = #add > 0 and redis.call('HSET', key, unpack(add)) or 0
+    if new > 0 and XH.settle(t.x, key, g.d, g.p) == new then t.x.expire(key) end
   end
 end
 
@@ -81,7 +68,7 @@ function TI.page(t, cursor, size)
   local rows = {}
   while cursor >= 0 and #rows < size do
     local key, d, p = XH.bucket(t.x, cursor)
-    local got = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
+    local got = redis.call('HGETALL', key)
     for j = 1, #got, 2 do rows[#rows + 1] = {got[j], tonumber(got[j + 1])} end
     cursor = XH.next_cursor(p, d)
   end

@@ -1,16 +1,16 @@
 -- xhash.lua: extendible hashing over small sorted sets (included by apply.lua and locate.lua;
 -- used by the id window, idwindow.lua, and the general layout's tie index, tieindex.lua).
 --
--- Keeps a set of entries (zset member -> score) as buckets that each stay under the listpack
--- limit, Redis' compact encoding, however many entries there are:
+-- Keeps a set of entries (zset member -> score, or hash field -> value) as buckets that each
+-- stay under the listpack limit, Redis' compact encoding, however many entries there are:
 --   <dir>                  string, one byte per slot: the local depth d of the slot's bucket
 --                          (absent: one bucket at depth 0); 2^D slots for global depth D
---   <dir>:<d>:<p>          zset: the bucket of every entry whose 24-bit slot value v has
---                          v mod 2^d = p
+--   <dir>:<d>:<p>          zset or hash: the bucket of every entry whose 24-bit slot value
+--                          v has v mod 2^d = p
 -- A bucket that outgrows the cap splits in two by the next bit (doubling the directory when
 -- d = D). Buckets never merge, so the directory only grows (XH.next_cursor relies on that).
--- x = XH.new(dir, cap, slot, expire): slot(entry) is the entry's slot value; expire(key) gives
--- a key written by a split its expiry.
+-- x = XH.new(dir, cap, slot, expire, hash): slot(entry) is the entry's slot value; expire(key)
+-- gives a key written by a split its expiry; hash: the buckets are hashes, not zsets.
 
 local XH = {}
 
@@ -18,8 +18,9 @@ local XH = {}
 local WHOLE_DIR = 4096
 XH.MAX_DEPTH = 24
 
-function XH.new(dir, cap, slot, expire)
-  return {dir = dir, cap = cap, slot = slot, expire = expire, len = nil, depth = {}, whole = nil}
+function XH.new(dir, cap, slot, expire, hash)
+  return {dir = dir, cap = cap, slot = slot, expire = expire, len = nil, depth = {}, whole = nil,
+          hash = hash or false}
 end
 
 -- the slot value of an id fingerprint: its first three bytes
@@ -28,10 +29,16 @@ function XH.bytes_slot(fp)
   return b1 + b2 * 256 + b3 * 65536
 end
 
--- the slot value of any string (a member id): djb2 modulo the largest prime below 2^24
+-- the slot value of any string (a member id): djb2 modulo the largest prime below 2^24,
+-- computed once per string per script call
+local string_slots = {}
 function XH.string_slot(s)
-  local h, bytes = 5381, {string.byte(s, 1, -1)}
+  local h = string_slots[s]
+  if h then return h end
+  local bytes = {string.byte(s, 1, -1)}
+  h = 5381
   for k = 1, #bytes do h = (h * 33 + bytes[k]) % 16777213 end
+  string_slots[s] = h
   return h
 end
 
@@ -84,8 +91,18 @@ local function set_depth(x, d, p, depth)
   for s = p, XH.dir_len(x) - 1, step do redis.call('SETRANGE', x.dir, s, ch) end
 end
 
+-- a bucket's entries as {entry, value, ...}, the command that adds such pairs, its size
+local function entries_of(x, key)
+  if x.hash then return redis.call('HGETALL', key) end
+  return redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
+end
+
+function XH.size(x, key)
+  return redis.call(x.hash and 'HLEN' or 'ZCARD', key)
+end
+
 local function split(x, key, d, p)
-  local entries = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
+  local entries = entries_of(x, key)
   redis.call('DEL', key)
   if XH.dir_len(x) == 0 then
     redis.call('SET', x.dir, string.char(0))
@@ -99,15 +116,17 @@ local function split(x, key, d, p)
   x.depth, x.whole = {}, nil  -- the directory changed
   local keys = {string.format('%s:%d:%d', x.dir, d + 1, p), string.format('%s:%d:%d', x.dir, d + 1, p + 2 ^ d)}
   local halves = {{}, {}}
+  local first, second = 1, 0  -- ZADD takes score then member, HSET field then value
+  if x.hash then first, second = 0, 1 end
   for i = 1, #entries, 2 do
     local args = halves[math.floor(x.slot(entries[i]) / 2 ^ d) % 2 + 1]
-    args[#args + 1] = entries[i + 1]
-    args[#args + 1] = entries[i]
+    args[#args + 1] = entries[i + first]
+    args[#args + 1] = entries[i + second]
   end
   for half = 1, 2 do
     local args = halves[half]
     if #args > 0 then
-      redis.call('ZADD', keys[half], unpack(args))
+      redis.call(x.hash and 'HSET' or 'ZADD', keys[half], unpack(args))
       x.expire(keys[half])
     end
     if #args > 2 * x.cap and d + 1 < XH.MAX_DEPTH then split(x, keys[half], d + 1, p + (half - 1) * 2 ^ d) end
@@ -117,7 +136,7 @@ end
 -- after a write to bucket (key, d, p): split it if it outgrew the cap (returns -1), else
 -- return how many entries it holds
 function XH.settle(x, key, d, p)
-  local card = redis.call('ZCARD', key)
+  local card = XH.size(x, key)
   if d < XH.MAX_DEPTH and card > x.cap then
     split(x, key, d, p)
     x.expire(x.dir)
