@@ -14,6 +14,9 @@ counted per id in bench/memory.py), and used_memory's growth is divided by membe
 `bare_zset_bytes_per_member` is the same for the bare design's sorted sets.
 Ours runs twice: a type in the general layout, and the same type declaring its score range
 (`*_declared`: its day and week pack the tie into the score, total keeps the general layout).
+Where Redis' time goes (`profile`, general layout, per phase): Redis' own INFO commandstats,
+per event, for each command the scripts call, and `script_other_us` = the scripts' time not
+inside those commands (Lua itself, and turning arguments and replies between Lua and Redis).
 Knob: RANKSTREAM_BENCH_COST_MEMBERS (default 100000).
 """
 
@@ -63,6 +66,25 @@ def _measure(client: redis.Redis, n: int, apply_chunk: Callable[[int, int], None
     return round(1e6 * (redis_cpu_s(client) - before) / n, 2)
 
 
+def command_profile(client: redis.Redis, n: int) -> Result:
+    """INFO commandstats since the last CONFIG RESETSTAT, per event: µs and calls per command
+    (the commands scripts call count on their own), and the scripts' time outside them."""
+    stats = cast("dict[str, dict[str, float]]", client.info("commandstats"))
+    per = {name.removeprefix("cmdstat_"): row for name, row in stats.items() if name != "cmdstat_config"}
+    scripts = sum(row["usec"] for name, row in per.items() if name in ("evalsha", "eval"))
+    inside = sum(row["usec"] for name, row in per.items() if name not in ("evalsha", "eval"))
+    commands = {
+        name: {"us": round(row["usec"] / n, 2), "calls": round(row["calls"] / n, 3)}
+        for name, row in sorted(per.items(), key=lambda item: -item[1]["usec"])
+        if name not in ("evalsha", "eval") and row["usec"] / n >= 0.05
+    }
+    return {
+        "script_us": round(scripts / n, 2),
+        "script_other_us": round((scripts - inside) / n, 2),
+        "commands": commands,
+    }
+
+
 def _ours(
     client: redis.Redis, members: Sequence[str], repeat: Sequence[str], now: int, type_name: str = "cost"
 ) -> Result:
@@ -87,15 +109,19 @@ def _ours(
         return apply_chunk
 
     base = used_memory(client)
+    client.config_resetstat()
     distinct = _measure(client, len(members), phase("d", members, 0))
+    distinct_profile = command_profile(client, len(members))
     side = [*client.scan_iter(match=f"{PREFIX}{{{board}}}:i*", count=10_000), f"{PREFIX}{{{board}}}:fence"]
     client.delete(*side)
     held = used_memory(client) - base
+    client.config_resetstat()
     repeating = _measure(client, len(repeat), phase("r", repeat, len(members)))
     return {
         "distinct_us_per_event": distinct,
         "repeating_us_per_event": repeating,
         "bytes_per_member_window": round(held / (len(members) * len(WINDOWS)), 1),
+        "profile": {"distinct": distinct_profile, "repeating": command_profile(client, len(repeat))},
     }
 
 
@@ -157,4 +183,5 @@ def measure_redis_cost(client: redis.Redis, rng: random.Random) -> Result:
         ),
         "redis_bytes_per_member_window_declared": declared["bytes_per_member_window"],
         "bytes_vs_bare_declared": round(declared["bytes_per_member_window"] / bare["bytes_per_member"], 2),
+        "profile": ours["profile"],
     }

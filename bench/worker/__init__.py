@@ -171,7 +171,7 @@ def run() -> Result:
     summary["met_cost"] = {k: cost[k] <= v for k, v in COST_GOALS.items()}
     return {
         **summary,
-        **{k: v for k, v in cost.items() if k not in ("members", "windows", "chunk")},
+        **{k: v for k, v in cost.items() if k not in ("members", "windows", "chunk", "profile")},
         "worker_us_per_event": arrays["cpu_us_per_event"].get("worker"),
         "kafka_us_per_event": arrays["cpu_us_per_event"].get("kafka"),
         "redis_bytes_per_event_id": ids["bytes_per_event_id"],
