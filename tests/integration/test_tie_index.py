@@ -148,3 +148,16 @@ def test_an_instance_with_a_state_hash_keeps_it(rclient, settings, keys):
             await client.aclose()
 
     asyncio.run(go())
+
+
+def test_a_member_rescored_at_the_same_tie_keeps_one_entry(rclient, keys):
+    """Same tie, new score: the zset entry keeps its name and ZADD rescores it, in the rank zset
+    or (max_members 5) the overflow, from which it may rise."""
+    apply(rclient, keys, [event(f"m{i}", "incr", 10 + i, 500, i) for i in range(8)])
+    assert rclient.zcard(keys.overflow("total")) == 3  # m0, m1, m2 wait below the top 5
+    apply(rclient, keys, [event("m0", "incr", 100, 500, 8), event("m7", "incr", -50, 500, 9)])
+    want = {f"m{i}": (10.0 + i, 500) for i in range(8)} | {"m0": (110.0, 500), "m7": (-33.0, 500)}
+    assert read_general(rclient, keys.tag, "total", False, "first") == want
+    ranked = [m.decode()[12:] for m in rclient.zrevrange(keys.rank("total"), 0, -1)]
+    assert ranked == ["m0", "m6", "m5", "m4", "m3"]
+    assert rclient.zcard(keys.overflow("total")) == 3

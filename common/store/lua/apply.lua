@@ -223,8 +223,9 @@ local function flush(i, list)
     local member, c = d[1], d[2]
     if c.rtie then
       local old = enc(c.rtie, member)
-      -- with no tie prefix a present member keeps its zset entry and ZADD overwrites its score
-      if not (mode == 'none' and c.present) then rem[#rem + 1] = old end
+      -- a member that stays with the same tie (or has no tie prefix) keeps its zset entry, whose
+      -- score ZADD overwrites
+      if not (c.present and (mode == 'none' or c.tie == c.rtie)) then rem[#rem + 1] = old end
       gone[#gone + 1] = old  -- the overflow may hold it (in mode none under its plain name)
     end
     if c.present then

@@ -20,7 +20,18 @@ XH.MAX_DEPTH = 24
 
 function XH.new(dir, cap, slot, expire, hash)
   return {dir = dir, cap = cap, slot = slot, expire = expire, len = nil, depth = {}, whole = nil,
-          hash = hash or false}
+          hash = hash or false, names = {}}
+end
+
+-- the key of bucket (d, p), formatted once per call
+local function bucket_key(x, d, p)
+  local id = d * 16777216 + p
+  local key = x.names[id]
+  if key == nil then
+    key = string.format('%s:%d:%d', x.dir, d, p)
+    x.names[id] = key
+  end
+  return key
 end
 
 -- the slot value of an id fingerprint: its first three bytes
@@ -62,10 +73,10 @@ end
 -- the bucket key holding an entry of slot value v, and its local depth and prefix
 function XH.bucket(x, v)
   local n = XH.dir_len(x)
-  if n == 0 then return x.dir .. ':0:0', 0, 0 end
+  if n == 0 then return bucket_key(x, 0, 0), 0, 0 end
   local d = depth_at(x, v % n, n)
   local p = v % (2 ^ d)
-  return string.format('%s:%d:%d', x.dir, d, p), d, p
+  return bucket_key(x, d, p), d, p
 end
 
 -- `items` grouped by bucket (value(item) is its slot value): the bucket keys in first-seen
@@ -114,7 +125,7 @@ local function split(x, key, d, p)
   end
   set_depth(x, d, p, d + 1)
   x.depth, x.whole = {}, nil  -- the directory changed
-  local keys = {string.format('%s:%d:%d', x.dir, d + 1, p), string.format('%s:%d:%d', x.dir, d + 1, p + 2 ^ d)}
+  local keys = {bucket_key(x, d + 1, p), bucket_key(x, d + 1, p + 2 ^ d)}
   local halves = {{}, {}}
   local first, second = 1, 0  -- ZADD takes score then member, HSET field then value
   if x.hash then first, second = 0, 1 end
