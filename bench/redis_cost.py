@@ -14,9 +14,11 @@ counted per id in bench/memory.py), and used_memory's growth is divided by membe
 `bare_zset_bytes_per_member` is the same for the bare design's sorted sets.
 Ours runs twice: a type in the general layout, and the same type declaring its score range
 (`*_declared`: its day and week pack the tie into the score, total keeps the general layout).
-Where Redis' time goes (`profile`, general layout, per phase): Redis' own INFO commandstats,
-per event, for each command the scripts call, and `script_other_us` = the scripts' time not
-inside those commands (Lua itself, and turning arguments and replies between Lua and Redis).
+Where Redis' time goes (`profile`, general layout, per workload phase): Redis' own INFO
+commandstats, per event, for each command the scripts call, and `script_other_us` = the
+scripts' time not inside those commands (Lua itself, and turning arguments and replies between
+Lua and Redis); then `script_phases`, a third run of the general layout with apply.lua's own
+phases timed (bench/redis_phases.py).
 Knob: RANKSTREAM_BENCH_COST_MEMBERS (default 100000).
 """
 
@@ -32,6 +34,7 @@ import redis
 
 from bench.common import Result, env_int, say
 from bench.memory import used_memory
+from bench.redis_phases import read_phases, time_phases
 from common.boards import parse_boards
 from common.events import Op, UpdateEvent
 from worker.apply import Applier, Position, Source
@@ -86,9 +89,19 @@ def command_profile(client: redis.Redis, n: int) -> Result:
 
 
 def _ours(
-    client: redis.Redis, members: Sequence[str], repeat: Sequence[str], now: int, type_name: str = "cost"
+    client: redis.Redis,
+    members: Sequence[str],
+    repeat: Sequence[str],
+    now: int,
+    type_name: str = "cost",
+    *,
+    phases: bool = False,
 ) -> Result:
+    """Ours on an empty Redis; `phases`: apply.lua timed phase by phase instead (its CPU and
+    commands then include the timers)."""
     applier = Applier(client, parse_boards(CONFIG), PREFIX, 3600, now_ms=lambda: now, epoch="bench")
+    if phases:
+        time_phases(applier)
     source = Source("bench", 0, "bench-topic", -1)
     board = f"{type_name}:room1"
 
@@ -112,6 +125,7 @@ def _ours(
     client.config_resetstat()
     distinct = _measure(client, len(members), phase("d", members, 0))
     distinct_profile = command_profile(client, len(members))
+    distinct_phases = read_phases(client, len(members))
     side = [*client.scan_iter(match=f"{PREFIX}{{{board}}}:i*", count=10_000), f"{PREFIX}{{{board}}}:fence"]
     client.delete(*side)
     held = used_memory(client) - base
@@ -122,6 +136,7 @@ def _ours(
         "repeating_us_per_event": repeating,
         "bytes_per_member_window": round(held / (len(members) * len(WINDOWS)), 1),
         "profile": {"distinct": distinct_profile, "repeating": command_profile(client, len(repeat))},
+        "script_phases": {"distinct": distinct_phases, "repeating": read_phases(client, len(repeat))},
     }
 
 
@@ -160,6 +175,8 @@ def measure_redis_cost(client: redis.Redis, rng: random.Random) -> Result:
     client.flushall()
     declared = _ours(client, members, repeat, now, "ranged")
     client.flushall()
+    timed = _ours(client, members, repeat, now, phases=True)
+    client.flushall()
     bare = _bare(client, members, repeat)
     client.flushall()
     return {
@@ -183,5 +200,5 @@ def measure_redis_cost(client: redis.Redis, rng: random.Random) -> Result:
         ),
         "redis_bytes_per_member_window_declared": declared["bytes_per_member_window"],
         "bytes_vs_bare_declared": round(declared["bytes_per_member_window"] / bare["bytes_per_member"], 2),
-        "profile": ours["profile"],
+        "profile": {**ours["profile"], "script_phases": timed["script_phases"]},
     }

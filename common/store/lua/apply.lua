@@ -14,6 +14,8 @@
 --       ('' = none), window mask (bit i-1 set = the event counts in instance i), offset, where
 --       (source number * 1000 + array index + 1; 0 = no source), id fingerprint, and while
 --       adopting a previous release's board the key of its record of the id (common/store/keys.py).
+-- `--! phase <name>` lines are comments; bench/redis_phases.py turns them into timers (the
+-- time since the previous one is charged to <name>).
 -- Returns, per event: status (C.ST; common/store/encoding.py Status), board seq, for FAILED the error
 -- class its first delivery raised (op 'x' records that), and when "want state"
 -- (hot boards): per instance in its mask, "<score>|<tie ms>" or "" for an absent member, then
@@ -352,12 +354,15 @@ if maxm == 0 and W > 0 then
     end
   end
 end
+--! phase parse
 for i = 1, W do prefetch(i, per_instance[i]) end
+--! phase read_instances
 IDW.prefetch(ids, fps)
 if want_state and #members > 0 then
   local got = redis.call('HMGET', KEYS[KEY.META], unpack(members))
   for j, member in ipairs(members) do metas[member] = got[j] or '' end
 end
+--! phase read_ids_metas
 
 local out, touched, dirty, meta_dirty = {}, {}, {}, {}
 for i = 1, W do dirty[i] = {} end
@@ -433,6 +438,7 @@ for _, ev in ipairs(events) do
   end
 end
 
+--! phase decide
 -- phase 2: the writes
 IDW.flush(ids)
 if legacy then
@@ -466,10 +472,12 @@ for member in pairs(meta_dirty) do
 end
 if #meta_set > 0 then redis.call('HSET', KEYS[KEY.META], unpack(meta_set)) end
 if #meta_del > 0 then redis.call('HDEL', KEYS[KEY.META], unpack(meta_del)) end
+--! phase write_ids_fence_metas
 for i = 1, W do
   if #dirty[i] > 0 then flush(i, dirty[i]) end
 end
 if seq ~= seq0 then redis.call('SET', KEYS[KEY.SEQ], seq) end
+--! phase write_instances
 
 -- a period's keys expire with it (a tie index's as they are written: tieindex.lua); without
 -- max_members no instance has an overflow zset (each PEXPIREAT is a call: ~1.5 us)
@@ -481,4 +489,5 @@ for i = 1, W do
     if not packings[i] and not indexes[i] then redis.call('PEXPIREAT', ikey(i, INST.STATE), expire_at) end
   end
 end
+--! phase expire
 return out
