@@ -48,6 +48,9 @@ class Settings(BaseModel):
     # The previous release's per-event dedupe records lived this long; while its boards are adopted
     # (for one id window after the upgrade) the worker honours and writes them with this TTL.
     dedupe_window_s: int = Field(default=7 * 24 * 3600, ge=60)
+    # New general window instances keep a tie index (README "Boards"); false: a state hash, as
+    # releases before the tie index wrote, for a rolling upgrade from one (README "Upgrading").
+    tie_index: bool = True
     # Latest accepted event time = now + this (CONTRACT 2); also bounds the API's at= and period=.
     max_future_skew_s: int = Field(default=86_400, ge=0, le=366 * 86_400)
     worker_batch_size: int = Field(default=5000, ge=1, le=100_000)

@@ -178,6 +178,9 @@ class Applier:
         self.epoch = epoch  # the Redis data set's epoch, written into and checked against fences
         self.legacy_ttl_ms = 0  # > 0 while adopting the previous release's boards (its id records)
         self.listpack_cap = LISTPACK_CAP
+        # new general window instances get a tie index; off (RANKSTREAM_TIE_INDEX) and while
+        # adopting, a state hash, which workers of earlier releases also read and write
+        self.tie_index = True
         self._periods = PeriodCache(boards.timezone)
         self._slot_cache: dict[str, _Slots] = {}
         self._script = ApplyScript()
@@ -283,6 +286,7 @@ class Applier:
             events=events,
             ids=[entry.event.id for entry in chunk.events],
             score_range=board_type.score_range,
+            tie_index=self.tie_index and not legacy,
         )
 
     def apply(

@@ -146,6 +146,7 @@ def build_loop(settings: Settings, metrics: WorkerMetrics) -> tuple[WorkerLoop, 
         backfill_producer = kafka_producer(settings, {"enable.idempotence": True, "acks": "all"})
         publisher = cache_publisher(settings, boards, backfill_producer, client).over(outputs)
     applier = Applier(client, boards, settings.key_prefix, settings.id_window_s)
+    applier.tie_index = settings.tie_index
     guard = SourceGuard(
         client,
         lambda: AdminClient(settings.librdkafka()),

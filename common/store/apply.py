@@ -30,7 +30,7 @@ from common.store.scripts import ArgT, Call, load_script
 KEY = ("SEQ", "META", "FENCE", "IDW")  # the board's keys, then INST per instance
 INST = ("RANK", "OVERFLOW", "STATE", "INDEX")
 H = ("W", "E", "MODE", "DESC", "MAXM", "STATE", "EPOCH", "WINDOW", "CAP", "LEGACY_TTL", "S",
-     "LOW", "HIGH", "INTEGRAL")  # ARGV header  # fmt: skip
+     "LOW", "HIGH", "INTEGRAL", "INDEX")  # ARGV header  # fmt: skip
 SRC = ("FIELD", "TOPIC", "LOW")  # ARGV per source, after the header; then IA per instance
 IA = ("EXPIRE", "BITS", "BASE")  # ARGV per instance, after the sources; BITS -1 = general layout
 
@@ -86,6 +86,9 @@ class ApplyRequest:
     events: Sequence[ApplyEvent]
     ids: Sequence[str] = ()  # the events' ids, for logs and tests; not sent
     score_range: tuple[int, int] | None = None  # declared: integer scores within it, else refused
+    # a new general window instance gets a tie index (else a state hash, which releases before
+    # the tie index also read and write: while one may still be running)
+    tie_index: bool = True
 
 
 class EventReply(NamedTuple):  # one per event
@@ -158,6 +161,7 @@ class ApplyScript:
             "LOW": -EXACT_MAX if req.score_range is None else req.score_range[0],
             "HIGH": EXACT_MAX if req.score_range is None else req.score_range[1],
             "INTEGRAL": "0" if req.score_range is None else "1",
+            "INDEX": "1" if req.tie_index else "0",
         }
         args: list[ArgT] = [header[name] for name in H]
         for source in req.sources:

@@ -6,18 +6,23 @@ state hash. tests/redis_layout.py reads Redis independently of common/store."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import random
 import uuid
+from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
 
+from common.boards import parse_boards
+from common.events import Op, UpdateEvent
 from common.idwindow import fingerprint
 from common.store import reads, scan
 from common.store.apply import ApplyEvent, ApplyRequest, ApplyScript, FenceSource, Instance
 from common.store.encoding import MemberState, Status, TieMode
 from common.store.keys import BoardKeys
 from tests.redis_layout import TIE_MAX, index_keys, read_general
+from worker.apply import Applier
 
 pytestmark = pytest.mark.integration
 
@@ -31,10 +36,16 @@ def keys(settings) -> BoardKeys:
     return BoardKeys(settings.key_prefix, f"t:{uuid.uuid4().hex[:8]}")
 
 
-def request(keys: BoardKeys, events: list[ApplyEvent], max_members: int = 5) -> ApplyRequest:
+def request(
+    keys: BoardKeys,
+    events: list[ApplyEvent],
+    max_members: int = 5,
+    instances: list[Instance] = INSTANCES,
+    tie_index: bool = True,
+) -> ApplyRequest:
     return ApplyRequest(
         keys=keys,
-        instances=INSTANCES,
+        instances=instances,
         mode=TieMode.INV,
         desc=True,
         max_members=max_members,
@@ -45,6 +56,7 @@ def request(keys: BoardKeys, events: list[ApplyEvent], max_members: int = 5) -> 
         legacy_ttl_ms=0,
         sources=[FenceSource("u:0", "tid", -1)],
         events=events,
+        tie_index=tie_index,
     )
 
 
@@ -52,8 +64,8 @@ def event(member: str, op: str, score: float, tie: int, offset: int) -> ApplyEve
     return ApplyEvent(op, member, score, tie, "", 0b11, offset, 1001, fingerprint(f"{member}:{offset}"))
 
 
-def apply(rclient, keys: BoardKeys, events: list[ApplyEvent]) -> None:
-    (reply,) = ApplyScript().run_many(rclient, [request(keys, events)])
+def apply(rclient, keys: BoardKeys, events: list[ApplyEvent], **overrides: Any) -> None:
+    (reply,) = ApplyScript().run_many(rclient, [request(keys, events, **overrides)])
     assert isinstance(reply, list)
     assert all(r.status is Status.APPLIED for r in reply)
 
@@ -161,3 +173,56 @@ def test_a_member_rescored_at_the_same_tie_keeps_one_entry(rclient, keys):
     ranked = [m.decode()[12:] for m in rclient.zrevrange(keys.rank("total"), 0, -1)]
     assert ranked == ["m0", "m6", "m5", "m4", "m3"]
     assert rclient.zcard(keys.overflow("total")) == 3
+
+
+def test_the_index_follows_a_period_whose_expiry_moved(rclient, keys):
+    """A window's retention changed: the period's expiry moves, and every key of its tie index
+    (directory and buckets) moves with the zsets."""
+    day = "day:2026-11-22"
+    apply(rclient, keys, [event(f"m{i}", "incr", i, 10, i) for i in range(40)])
+    assert len(index_keys(rclient, keys.tag, day)) > 5
+    later = [Instance("total", 0), Instance(day, DAY_EXPIRE + 86_400_000)]
+    apply(rclient, keys, [event("m1", "incr", 1, 20, 40)], instances=later)
+    expiries = {rclient.pexpiretime(k) for k in index_keys(rclient, keys.tag, day)}
+    assert expiries == {DAY_EXPIRE + 86_400_000}
+    assert rclient.pexpiretime(keys.rank(day)) == DAY_EXPIRE + 86_400_000
+
+
+def test_new_instances_keep_a_state_hash_while_the_caller_says_so(rclient, keys):
+    """tie_index off (a rolling upgrade from a release that reads only state hashes): a new
+    instance gets a state hash; one that already has a tie index keeps it."""
+    apply(rclient, keys, [event("a", "incr", 1, 10, 0)], instances=[Instance("total", 0)])
+    apply(rclient, keys, [event("b", "incr", 2, 20, 1)], tie_index=False)
+    assert rclient.hgetall(keys.state("day:2026-11-22")) == {b"b": b"2|20"}
+    assert index_keys(rclient, keys.tag, "day:2026-11-22") == []
+    assert not rclient.exists(keys.state("total"))
+    assert read_general(rclient, keys.tag, "total", False, "first") == {"a": (1, 10), "b": (2, 20)}
+
+
+def test_ids_crafted_to_collide_leave_one_bucket_not_a_deep_directory(rclient, keys):
+    """The index hashes ids with djb2, where swapping "AA" for "B " keeps the hash: 16 such ids
+    share one slot value. No split can separate them, so none is made: one oversized bucket
+    (exact as ever), not a directory split down to its depth limit."""
+    ids = ["".join(blocks) for blocks in itertools.product(("AA", "B "), repeat=4)]
+    apply(rclient, keys, [event(m, "incr", i + 1, 10, i) for i, m in enumerate(ids)])
+    assert index_keys(rclient, keys.tag, "total") == [keys.tie_index("total") + ":0:0"]
+    want = {m: (i + 1, 10) for i, m in enumerate(ids)}
+    assert read_general(rclient, keys.tag, "total", False, "first") == want
+
+
+@pytest.mark.parametrize("how", ["setting", "adopting"])
+def test_the_worker_gives_new_instances_a_state_hash_when_told_or_adopting(rclient, settings, how):
+    """RANKSTREAM_TIE_INDEX=false, or adopting the previous release's Redis (whose workers may
+    still run): the Applier asks for state hashes."""
+    boards = parse_boards("types:\n  gift: {windows: [total]}\n")
+    applier = Applier(rclient, boards, settings.key_prefix, 3600)
+    if how == "setting":
+        applier.tie_index = False
+    else:
+        applier.legacy_ttl_ms = 60_000
+    board = f"gift:{uuid.uuid4().hex[:8]}"
+    update = UpdateEvent("e1", board, "gift", "alice", Op.INCR, 5.0, None, None)
+    assert [o.status for o in applier.apply([(update, 1_795_300_000_000)])] == [Status.APPLIED]
+    keys = BoardKeys(settings.key_prefix, board)
+    assert rclient.hgetall(keys.state("total")) == {b"alice": b"5|1795300000000"}
+    assert index_keys(rclient, keys.tag, "total") == []

@@ -297,9 +297,22 @@ for i = 1, W do
   expires[i] = ARGV[at + IA.EXPIRE]
   packings[i] = ENC.packing(tonumber(ARGV[at + IA.BITS]), tonumber(ARGV[at + IA.BASE]), mode)
   at = at + IA._N
-  -- a general instance without the previous release's state hash keeps a tie index
-  indexes[i] = not packings[i] and redis.call('EXISTS', ikey(i, INST.STATE)) == 0
-               and TI.new(ikey(i, INST.INDEX), tonumber(ARGV[H.CAP]), expires[i])
+  -- A general instance keeps a tie index unless it has a state hash. A new one (no rank zset
+  -- yet) gets a state hash instead while the caller says so (H.INDEX '0': workers of a release
+  -- that reads only state hashes may still be running).
+  if not packings[i] and redis.call('EXISTS', ikey(i, INST.STATE)) == 0
+     and (ARGV[H.INDEX] == '1' or redis.call('EXISTS', ikey(i, INST.RANK)) == 1) then
+    local index = TI.new(ikey(i, INST.INDEX), tonumber(ARGV[H.CAP]), expires[i])
+    indexes[i] = index
+    -- a period whose expiry moved (its window's retention was changed): the index's keys move
+    -- with it, as the zsets do at the end of every call (which keeps the rank zset's current)
+    if expires[i] ~= '0' then
+      local current = redis.call('PEXPIRETIME', ikey(i, INST.RANK))
+      if current > 0 and current ~= tonumber(expires[i]) then TI.restamp(index) end
+    end
+  else
+    indexes[i] = false
+  end
 end
 
 local ids = IDW.new(KEYS[KEY.IDW], tonumber(ARGV[H.WINDOW]), tonumber(ARGV[H.CAP]))

@@ -70,8 +70,8 @@ function IDW.flush(w)
       args[#args + 1] = fp
     end
     redis.call('ZREMRANGEBYSCORE', key, '-inf', stale)
-    redis.call('ZADD', key, unpack(args))
-    if XH.settle(x, key, g.d, g.p) >= 0 then x.expire(key) end
+    local new = redis.call('ZADD', key, unpack(args))
+    if XH.settle(x, key, g.d, g.p, new) >= 0 then x.expire(key) end
   end
   if XH.dir_len(x) > 0 then x.expire(x.dir) end
 end

@@ -58,7 +58,19 @@ function TI.write(t, put, drop)
     if #rem > 0 then redis.call('HDEL', key, unpack(rem)) end
     -- only new fields can make the bucket outgrow the cap, or be the first of a new key
     local new = #add > 0 and redis.call('HSET', key, unpack(add)) or 0
-    if new > 0 and XH.settle(t.x, key, g.d, g.p) == new then t.x.expire(key) end
+    if new > 0 and XH.settle(t.x, key, g.d, g.p, new) == new then t.x.expire(key) end
+  end
+end
+
+-- give every key of the index the instance's expiry again (its period's expiry moved)
+function TI.restamp(t)
+  local x = t.x
+  local n = XH.dir_len(x)
+  if n == 0 then return x.expire((XH.bucket(x, 0))) end
+  x.expire(x.dir)
+  for s = 0, n - 1 do
+    local key, _, p = XH.bucket(x, s)
+    if p == s then x.expire(key) end  -- each bucket once, at the lowest slot pointing at it
   end
 end
 

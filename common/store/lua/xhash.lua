@@ -16,7 +16,7 @@ local XH = {}
 
 -- a directory up to this many bytes is read whole once per call; a longer one slot by slot
 local WHOLE_DIR = 4096
-XH.MAX_DEPTH = 24
+XH.MAX_DEPTH = 20  -- a directory of at most 1 MiB: ~90M entries in full listpack buckets
 
 function XH.new(dir, cap, slot, expire, hash)
   return {dir = dir, cap = cap, slot = slot, expire = expire, len = nil, depth = {}, whole = nil,
@@ -112,8 +112,22 @@ function XH.size(x, key)
   return redis.call(x.hash and 'HLEN' or 'ZCARD', key)
 end
 
+-- split bucket (key, d, p) by bit d of its entries' slot values; refused (false) when they all
+-- have one slot value, which no split can separate (ids crafted to collide would otherwise
+-- deepen the directory to XH.MAX_DEPTH: they leave one oversized bucket instead)
 local function split(x, key, d, p)
   local entries = entries_of(x, key)
+  local halves, slots = {{}, {}}, {}
+  local first, second = 1, 0  -- ZADD takes score then member, HSET field then value
+  if x.hash then first, second = 0, 1 end
+  for i = 1, #entries, 2 do
+    local v = x.slot(entries[i])
+    slots[v] = true
+    local args = halves[math.floor(v / 2 ^ d) % 2 + 1]
+    args[#args + 1] = entries[i + first]
+    args[#args + 1] = entries[i + second]
+  end
+  if next(slots, next(slots)) == nil then return false end
   redis.call('DEL', key)
   if XH.dir_len(x) == 0 then
     redis.call('SET', x.dir, string.char(0))
@@ -126,14 +140,6 @@ local function split(x, key, d, p)
   set_depth(x, d, p, d + 1)
   x.depth, x.whole = {}, nil  -- the directory changed
   local keys = {bucket_key(x, d + 1, p), bucket_key(x, d + 1, p + 2 ^ d)}
-  local halves = {{}, {}}
-  local first, second = 1, 0  -- ZADD takes score then member, HSET field then value
-  if x.hash then first, second = 0, 1 end
-  for i = 1, #entries, 2 do
-    local args = halves[math.floor(x.slot(entries[i]) / 2 ^ d) % 2 + 1]
-    args[#args + 1] = entries[i + first]
-    args[#args + 1] = entries[i + second]
-  end
   for half = 1, 2 do
     local args = halves[half]
     if #args > 0 then
@@ -142,14 +148,18 @@ local function split(x, key, d, p)
     end
     if #args > 2 * x.cap and d + 1 < XH.MAX_DEPTH then split(x, keys[half], d + 1, p + (half - 1) * 2 ^ d) end
   end
+  return true
 end
 
--- after a write to bucket (key, d, p): split it if it outgrew the cap (returns -1), else
--- return how many entries it holds
-function XH.settle(x, key, d, p)
+-- after `new` entries were added to bucket (key, d, p): split it if it outgrew the cap (returns
+-- -1), else return how many entries it holds. A split is tried when the bucket grows past a
+-- multiple of the cap: past the cap itself, and for a bucket a split could not separate past
+-- the next multiple, so its writes stay cheap.
+function XH.settle(x, key, d, p, new)
   local card = XH.size(x, key)
-  if d < XH.MAX_DEPTH and card > x.cap then
-    split(x, key, d, p)
+  local cap = x.cap
+  if d < XH.MAX_DEPTH and card > cap and math.floor((card - new - 1) / cap) < math.floor((card - 1) / cap)
+     and split(x, key, d, p) then
     x.expire(x.dir)
     return -1
   end
