@@ -10,8 +10,8 @@
 --       state hash, tie index directory (ikey below).
 -- ARGV (positions in H, SRC, IA and EV): header, then S sources (fence field, topic id, low
 --       water), then per instance its expire-at ms (0 = never) and packing (tie bits, -1 = the
---       general layout, and the ms its ties count from), then per event F fields: op, member, score, tie ms, meta
---       ('' = none), window mask (bit i-1 set = the event counts in instance i), offset, where
+--       general layout, and the ms its ties count from), then per event F fields: op, member,
+--       score, tie ms, meta ('' = none), window mask (bit i-1 set = the event counts in instance i), offset, where
 --       (source number * 1000 + array index + 1; 0 = no source), id fingerprint, and while
 --       adopting a previous release's board the key of its record of the id (common/store/keys.py).
 -- `--! phase <name>` lines are comments; bench/redis_phases.py turns them into timers (the
@@ -30,9 +30,10 @@
 --
 -- The zset score is the exact score; the member is prefixed with its tie time in fixed-width
 -- hex (common/store/encoding.py) so Redis' bytewise order of equal scores is the tie rule; the
--- tie index (tieindex.lua) finds a member's entry. An instance the previous release wrote keeps
--- its state hash (member -> "<score>|<tie ms>") in place of the index. A packed instance (common/store/packing.py) instead keeps the member's own id with the tie
--- inside its integer score, and has no state hash: its zsets are the state.
+-- tie index (tieindex.lua) finds a member's entry. An instance with a state hash (member ->
+-- "<score>|<tie ms>", as releases before the tie index wrote) keeps it in place of the index.
+-- A packed instance (common/store/packing.py) instead keeps the member's own id with the tie
+-- inside its integer score, and has neither: its zsets are the state.
 
 -- H (ARGV header positions) and C (shared constants, statuses C.ST) come from the prelude
 -- that common/store/scripts.py generates; common/store/apply.py is the only caller.
@@ -107,29 +108,40 @@ end
 local packings = {}  -- instance -> ENC.packing (nil: the general layout), read with the ARGV
 local indexes = {}  -- instance -> its tie index (TI.new); false: it keeps a state hash (or is packed)
 
--- a packed instance holds its members under their own ids: their packed scores are the state,
--- in the rank zset or (max_members) the overflow zset
-local function prefetch_packed(i, p, members)
-  local ci, wanted = cache[i], members
+-- the zset scores of instance i's entries `zmembers` (by position; nil: in neither zset): one
+-- ZMSCORE on the rank zset, then (max_members) one on the overflow for the entries it lacks
+local function zscores(i, zmembers)
+  local scores, pending = {}, {}
+  for j = 1, #zmembers do pending[j] = j end
   for _, which in ipairs(maxm > 0 and {INST.RANK, INST.OVERFLOW} or {INST.RANK}) do
-    if #wanted == 0 then return end
-    local got, missing = redis.call('ZMSCORE', ikey(i, which), unpack(wanted)), {}
-    for j, member in ipairs(wanted) do
-      if got[j] then
-        local score, t = ENC.unpack(p, tonumber(got[j]))
-        ci[member] = {present = true, score = score, tie = t, rtie = t}
-      else
-        ci[member] = {present = false}
-        missing[#missing + 1] = member
-      end
+    if #pending == 0 then break end
+    local args, missing = {}, {}
+    for k, j in ipairs(pending) do args[k] = zmembers[j] end
+    local got = redis.call('ZMSCORE', ikey(i, which), unpack(args))
+    for k, j in ipairs(pending) do
+      if got[k] then scores[j] = tonumber(got[k]) else missing[#missing + 1] = j end
     end
-    wanted = missing
+    pending = missing
+  end
+  return scores
+end
+
+-- a packed instance holds its members under their own ids: their packed scores are the state
+local function prefetch_packed(i, p, members)
+  local ci, scores = cache[i], zscores(i, members)
+  for j, member in ipairs(members) do
+    if scores[j] then
+      local score, t = ENC.unpack(p, scores[j])
+      ci[member] = {present = true, score = score, tie = t, rtie = t}
+    else
+      ci[member] = {present = false}
+    end
   end
 end
 
--- a general instance: the tie index gives each member's zset entry, which is in the rank zset
--- or (max_members) the overflow zset. An entry the index names but neither zset holds is
--- treated as absent (c.rtie still set: writing the member drops or replaces it).
+-- a general instance: the tie index gives each member's zset entry. An entry the index names
+-- but neither zset holds is treated as absent (c.rtie still set: writing the member drops or
+-- replaces it).
 local function prefetch_indexed(i, members)
   local ci, ties, wanted, zmembers = cache[i], TI.ties(indexes[i], members), {}, {}
   for _, member in ipairs(members) do
@@ -140,19 +152,12 @@ local function prefetch_indexed(i, members)
     end
     ci[member] = {present = false, rtie = t or nil}
   end
-  for _, which in ipairs(maxm > 0 and {INST.RANK, INST.OVERFLOW} or {INST.RANK}) do
-    if #wanted == 0 then return end
-    local got, missing, missing_z = redis.call('ZMSCORE', ikey(i, which), unpack(zmembers)), {}, {}
-    for j, member in ipairs(wanted) do
-      if got[j] then
-        local c = ci[member]
-        c.present, c.score, c.tie = true, tonumber(got[j]), c.rtie
-      else
-        missing[#missing + 1] = member
-        missing_z[#missing_z + 1] = zmembers[j]
-      end
+  local scores = zscores(i, zmembers)
+  for j, member in ipairs(wanted) do
+    if scores[j] then
+      local c = ci[member]
+      c.present, c.score, c.tie = true, scores[j], c.rtie
     end
-    wanted, zmembers = missing, missing_z
   end
 end
 
@@ -189,7 +194,6 @@ local function plan(c, op, score)
   return new
 end
 
--- phase 2 for one instance: its dirty members, written with one call per command
 -- the zset writes of one instance's dirty members: removals from the rank zset and from the
 -- overflow, then additions (ZADD moves a member the rank zset holds), then the max_members split
 local function write_zsets(i, rem, gone, add, changed)
@@ -216,6 +220,7 @@ local function flush_packed(i, p, list)
   write_zsets(i, rem, gone, add, #list)
 end
 
+-- phase 2 for one instance: its dirty members, written with one call per command
 local function flush(i, list)
   if packings[i] then return flush_packed(i, packings[i], list) end
   local index = indexes[i]

@@ -30,7 +30,7 @@ function IDW.prefetch(w, fps)
       wanted[#wanted + 1] = fp
     end
   end
-  local keys, groups = XH.group(w.x, wanted, XH.bytes_slot)
+  local keys, groups = XH.group(w.x, wanted)
   for _, key in ipairs(keys) do
     local g = groups[key].items
     local at = redis.call('ZMSCORE', key, unpack(g))
@@ -61,7 +61,7 @@ end
 function IDW.flush(w)
   if #w.order == 0 then return end
   local x, now = w.x, string.format('%d', now_s(w))
-  local keys, groups = XH.group(x, w.order, XH.bytes_slot)  -- every bucket before a split changes the directory
+  local keys, groups = XH.group(x, w.order)  -- every bucket before a split changes the directory
   local stale = '(' .. string.format('%d', now_s(w) - w.window + 1)  -- applied a window ago or more
   for _, key in ipairs(keys) do
     local g, args = groups[key], {}

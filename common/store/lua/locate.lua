@@ -3,8 +3,9 @@
 --! include xhash
 --! include tieindex
 -- KEYS (positions in K, ARGV in A; common/store/reads.py): rank zset, overflow zset, the
---       previous release's state hash, tie index directory, meta hash, board seq. ARGV: desc 1|0, reverse 1|0, tie mode inv|fwd|none, the
---       packing (tie bits, -1 = the general layout; the ms ties count from), then the members.
+--       previous release's state hash, tie index directory, meta hash, board seq. ARGV: desc
+--       1|0, reverse 1|0, tie mode inv|fwd|none, the packing (tie bits, -1 = the general
+--       layout; the ms ties count from), then the members.
 -- Returns {total, seq, then per member (positions in M): state ('' if absent), position
 -- (0-based in the view, -1 if absent), strictly-better count in the view (-1 if absent), meta
 -- ('' if none)}.

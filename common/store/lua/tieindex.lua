@@ -22,7 +22,7 @@ end
 -- the tie of each of `members` (false: not in the index), one HMGET per bucket
 function TI.ties(t, members)
   local out = {}
-  local keys, groups = XH.group(t.x, members, XH.string_slot)
+  local keys, groups = XH.group(t.x, members)
   for _, key in ipairs(keys) do
     local g = groups[key].items
     local got = redis.call('HMGET', key, unpack(g))

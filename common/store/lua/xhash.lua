@@ -1,5 +1,5 @@
--- xhash.lua: extendible hashing over small sorted sets (included by apply.lua and locate.lua;
--- used by the id window, idwindow.lua, and the general layout's tie index, tieindex.lua).
+-- xhash.lua: extendible hashing over small sorted sets or hashes (included by the scripts that
+-- include idwindow.lua, the id window, or tieindex.lua, the general layout's tie index).
 --
 -- Keeps a set of entries (zset member -> score, or hash field -> value) as buckets that each
 -- stay under the listpack limit, Redis' compact encoding, however many entries there are:
@@ -79,9 +79,10 @@ function XH.bucket(x, v)
   return bucket_key(x, d, p), d, p
 end
 
--- `items` grouped by bucket (value(item) is its slot value): the bucket keys in first-seen
--- order, and per key {d, p, items}
+-- `items` grouped by bucket (value(item) is its slot value; default: items are entries, x.slot):
+-- the bucket keys in first-seen order, and per key {d, p, items}
 function XH.group(x, items, value)
+  value = value or x.slot
   local groups, keys = {}, {}
   for _, item in ipairs(items) do
     local key, d, p = XH.bucket(x, value(item))
