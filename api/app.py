@@ -22,6 +22,7 @@ from api.hotboards import HotBoards
 from api.routes import add_routes, json
 from api.state import APP_STATE, ApiState
 from common.boards import BoardsConfig
+from common.clock import Clock, system_ms
 from common.settings import Settings
 from common.store.keys import BoardKeys
 
@@ -138,14 +139,17 @@ async def openapi(request: web.Request) -> web.Response:
     return web.Response(body=openapi_json(), content_type="application/json")
 
 
-def create_app(settings: Settings, boards: BoardsConfig, client: aioredis.Redis) -> web.Application:
+def create_app(
+    settings: Settings, boards: BoardsConfig, client: aioredis.Redis, clock: Clock = system_ms
+) -> web.Application:
     state = ApiState(
         boards=boards,
         redis=client,
         key_prefix=settings.key_prefix,
         top_cache=SingleFlightCache(settings.top_cache_ttl_s),
-        hot=HotBoards(settings, boards),
+        hot=HotBoards(settings, boards, clock),
         max_future_skew_s=settings.max_future_skew_s,
+        clock=clock,
     )
     # outermost first: the drain counts every request; metrics see the status the error
     # middleware turned an exception into

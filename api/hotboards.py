@@ -22,9 +22,10 @@ import redis
 from confluent_kafka import Consumer, TopicPartition
 
 from api.hotwindow import HotWindow
-from common.boards import BoardsConfig, Order, WindowKind
+from common.boards import BoardsConfig, Order
 from common.cache_records import Kind, Record, decode, partition_for
 from common.clients import kafka_consumer
+from common.clock import Clock, system_ms
 from common.errors import InfrastructureError
 from common.kafka_types import consume_available
 from common.periods import expire_at_ms, parse_period
@@ -89,8 +90,9 @@ class HotBoard:
 
 
 class HotBoards:
-    def __init__(self, settings: Settings, boards: BoardsConfig) -> None:
+    def __init__(self, settings: Settings, boards: BoardsConfig, clock: Clock = system_ms) -> None:
         self._settings = settings
+        self._clock = clock
         self._config = boards
         self.boards: dict[str, HotBoard] = {}
         for hot in boards.hot:
@@ -237,16 +239,18 @@ class HotBoards:
     def _drop_expired(self, hot: HotBoard) -> None:
         board_type = self._config.type_for(hot.board.split(":", 1)[0])
         assert board_type is not None
-        now = int(time.time() * 1000)
+        now, tz = self._clock(), self._config.timezone
         for instance in list(hot.instances):
             if instance == TOTAL_INSTANCE:
                 continue
             name, period_id = instance.split(":", 1)
-            window = board_type.window(name)
-            if window.kind is WindowKind.TOTAL:
+            try:
+                window = board_type.window(name)
+                period = parse_period(window, period_id, tz)
+            except (KeyError, ValueError):  # a window or season the config no longer has
+                del hot.instances[instance]
                 continue
-            period = parse_period(window.kind, period_id, self._config.timezone)
-            if expire_at_ms(period, board_type.retention[name], self._config.timezone) <= now:
+            if expire_at_ms(window, period, board_type.retention[name], tz) <= now:
                 del hot.instances[instance]
 
     def status(self) -> dict[str, object]:

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import math
-import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from zoneinfo import ZoneInfo
 
 from aiohttp import web
 
 from api.errors import ApiError
 from api.state import APP_STATE
-from common.boards import BoardType, Order, WindowKind, split_board
+from common.boards import BoardType, Order, Window, WindowKind, split_board
 from common.events import MAX_MEMBER_LEN, MIN_TS_MS, ts_ceiling
-from common.periods import CALENDAR_KINDS, parse_period, period_at
+from common.periods import Period, expire_at_ms, parse_period, period_at, previous_period
 from common.ranking import Ties
 from common.store.keys import TOTAL_INSTANCE, window_instance
 
@@ -33,6 +33,8 @@ class Target:
     reverse: bool  # the caller's `order` is the opposite of the board's
     ties: Ties
     period_start_ms: int = 0  # 0 for total
+    trend: bool = False  # trend=1: answers carry prev_rank
+    previous: Target | None = None  # trend=1: the previous period, if still kept
 
     def describe(self) -> dict[str, object]:
         return {"board": self.board, "window": self.window, "period": self.period}
@@ -88,35 +90,20 @@ def _board(request: web.Request) -> tuple[str, BoardType]:
 
 
 def target(request: web.Request) -> Target:
-    """Board, window instance (`window`, `period` or `at`), `order` and `ties` of a request."""
+    """Board, window instance (`window`, `period` or `at`), `order`, `ties` and `trend` of a request."""
     board, board_type = _board(request)
     name = request.query.get("window", "total")
     try:
         window = board_type.window(name)
     except KeyError:
         raise ApiError(400, "bad_window", f"window {name!r} is not configured for this board") from None
-    if window.kind is WindowKind.TOTAL:
-        period_label, instance, start_ms = "all", TOTAL_INSTANCE, 0
-    elif window.kind in CALENDAR_KINDS:
-        state = request.app[APP_STATE]
-        tz, now = state.boards.timezone, int(time.time() * 1000)
-        # the range events are accepted in: no period outside it can hold anything
-        latest = ts_ceiling(state.max_future_skew_s, now)
-        if "period" in request.query:
-            try:
-                period = parse_period(window.kind, request.query["period"], tz)
-            except ValueError as exc:
-                raise ApiError(400, "bad_period", str(exc)) from None
-            if period.end_ms <= MIN_TS_MS or period.start_ms > latest:
-                message = (
-                    f"period {period.id!r} lies outside the accepted time range (2000-01-01 to now + skew)"
-                )
-                raise ApiError(400, "bad_period", message)
-        else:
-            period = period_at(window.kind, int_param(request, "at", now, MIN_TS_MS, latest), tz)
-        period_label, instance, start_ms = period.id, window_instance(name, period.id), period.start_ms
-    else:
-        raise ApiError(400, "bad_window", f"rolling window {name!r} is not served yet")
+    trend = request.query.get("trend", "0")
+    if trend not in {"0", "1"}:
+        raise ApiError(400, "bad_parameter", "trend must be 0 or 1")
+    if trend == "1" and not window.periodic:
+        raise ApiError(
+            400, "bad_parameter", f"trend=1 needs a period window; {name!r} has no previous period"
+        )
     order = request.query.get("order", board_type.order.value)
     if order not in {"asc", "desc"}:
         raise ApiError(400, "bad_parameter", "order must be asc or desc")
@@ -124,4 +111,52 @@ def target(request: web.Request) -> Target:
     if ties not in {"ordinal", "shared"}:
         raise ApiError(400, "bad_parameter", "ties must be ordinal or shared")
     reverse = Order(order) is not board_type.order
-    return Target(board, board_type, name, period_label, instance, reverse, Ties(ties), start_ms)
+    if window.kind is WindowKind.TOTAL:
+        return Target(board, board_type, name, "all", TOTAL_INSTANCE, reverse, Ties(ties))
+    if not window.periodic:
+        raise ApiError(400, "bad_window", f"rolling window {name!r} is not served yet")
+    state = request.app[APP_STATE]
+    tz, now = state.boards.timezone, state.clock()
+    period = _period(request, window, tz, now, ts_ceiling(state.max_future_skew_s, now))
+    retention = board_type.retention[name]
+    if expire_at_ms(window, period, retention, tz) <= now:
+        message = f"period {period.id!r} of window {name!r} is past its retention ({retention} periods)"
+        raise ApiError(404, "period_expired", message)
+    found = Target(
+        board,
+        board_type,
+        name,
+        period.id,
+        window_instance(name, period.id),
+        reverse,
+        Ties(ties),
+        period.start_ms,
+    )
+    if trend == "0":
+        return found
+    before = previous_period(window, period, tz)
+    if before is None or expire_at_ms(window, before, retention, tz) <= now:
+        return replace(found, trend=True)  # no previous period still kept: every prev_rank is null
+    previous = replace(
+        found, period=before.id, instance=window_instance(name, before.id), period_start_ms=before.start_ms
+    )
+    return replace(found, trend=True, previous=previous)
+
+
+def _period(request: web.Request, window: Window, tz: ZoneInfo, now: int, latest: int) -> Period:
+    """The period `period=` names or `at=` (default: now) falls in."""
+    if "period" in request.query:
+        try:
+            period = parse_period(window, request.query["period"], tz)
+        except ValueError as exc:
+            raise ApiError(400, "bad_period", str(exc)) from None
+        # the range events are accepted in: no period outside it can hold anything
+        if period.end_ms <= MIN_TS_MS or period.start_ms > latest:
+            message = f"period {period.id!r} lies outside the accepted time range (2000-01-01 to now + skew)"
+            raise ApiError(400, "bad_period", message)
+        return period
+    at = int_param(request, "at", now, MIN_TS_MS, latest)
+    found = period_at(window, at, tz)
+    if found is None:
+        raise ApiError(404, "no_period", f"no period of window {window.name!r} holds the instant {at}")
+    return found

@@ -112,3 +112,26 @@ def _bound(value: float) -> str:
 
 def _json_bound(value: float) -> float | int | str:
     return _bound(value) if value in (float("inf"), float("-inf")) else _score(value)
+
+
+async def with_trend(previous: BoardReader | None, target: Target, body: dict[str, Any]) -> dict[str, Any]:
+    """`body` (a top, around, lookup or member answer) with `prev_rank` on each item, on `me` and
+    on a member answer itself: the member's rank in the previous period of the window (`previous`
+    reads it; None: no previous period is kept), null where it was absent."""
+    items: list[dict[str, Any]] = list(body.get("items", ()))
+    me = body.get("me")
+    named = [*items, *([me] if me else []), *([] if "items" in body else [body])]
+    members = list(dict.fromkeys(entry["member"] for entry in named))
+    ranks: dict[str, int | None] = dict.fromkeys(members)
+    if previous is not None and members:
+        found = (await previous.locate(members, target.reverse)).found
+        for name, hit in zip(members, found, strict=True):
+            ranks[name] = None if hit is None else member_rank(hit.position, hit.better, target.ties)
+    out = dict(body)
+    if "items" in body:
+        out["items"] = [{**entry, "prev_rank": ranks[entry["member"]]} for entry in items]
+    else:
+        out["prev_rank"] = ranks[body["member"]]
+    if me:
+        out["me"] = {**me, "prev_rank": ranks[me["member"]]}
+    return out

@@ -68,25 +68,37 @@ async def top(request: web.Request) -> web.Response:
         page, ranks = await queries.ranked_page(reader, where, offset, limit)
         answer = queries.top_answer(where, page, ranks, reader.source)
         raw = b""
-    if me is None and raw:
+    if me is None and raw and not where.trend:
         return web.Response(body=raw, content_type="application/json")
     body = dict(answer)
     if me is not None:
         body["me"] = await queries.me_item(reader, where, me)
-    return json(body)
+    return json(await _trend(request, where, body))
+
+
+async def _trend(request: web.Request, where: Target, body: dict[str, Any]) -> dict[str, Any]:
+    """trend=1: prev_rank from the previous period, read where that period lives (memory or Redis)."""
+    if not where.trend:
+        return body
+    previous = None if where.previous is None else reader_for(request, where.previous)
+    return await queries.with_trend(previous, where, body)
 
 
 async def member(request: web.Request) -> web.Response:
     where = target(request)
     name = member_id(request.match_info["member"])
-    return json(await queries.member_answer(reader_for(request, where), where, name))
+    return json(
+        await _trend(request, where, await queries.member_answer(reader_for(request, where), where, name))
+    )
 
 
 async def around(request: web.Request) -> web.Response:
     where = target(request)
     name = member_id(request.match_info["member"])
     n = int_param(request, "n", 5, 0, MAX_AROUND)
-    return json(await queries.around_answer(reader_for(request, where), where, name, n))
+    return json(
+        await _trend(request, where, await queries.around_answer(reader_for(request, where), where, name, n))
+    )
 
 
 async def lookup(request: web.Request) -> web.Response:
@@ -101,7 +113,9 @@ async def lookup(request: web.Request) -> web.Response:
     if not 1 <= len(members) <= MAX_LIMIT:
         raise ApiError(400, "bad_body", f"members must hold 1 to {MAX_LIMIT} ids")
     names = [member_id(m) for m in members]
-    return json(await queries.lookup_answer(reader_for(request, where), where, names))
+    return json(
+        await _trend(request, where, await queries.lookup_answer(reader_for(request, where), where, names))
+    )
 
 
 async def count(request: web.Request) -> web.Response:

@@ -13,6 +13,7 @@ from api.cache import SingleFlightCache
 from api.hotboards import HotBoards
 from api.metrics import ApiMetrics
 from common.boards import BoardsConfig
+from common.clock import Clock, system_ms
 from common.deadline import Deadline
 
 
@@ -24,6 +25,7 @@ class ApiState:
     top_cache: SingleFlightCache[Any]
     hot: HotBoards
     max_future_skew_s: int  # bounds at= and period= like event times (CONTRACT 2)
+    clock: Clock = system_ms  # the service's clock (common/clock.py)
     metrics: ApiMetrics = field(default_factory=ApiMetrics)
     # serialised top pages of hot boards by (board, instance, view, page, seq): never stale
     hot_pages: LRUCache[Any, tuple[dict[str, Any], bytes]] = field(default_factory=lambda: LRUCache(4096))

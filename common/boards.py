@@ -12,6 +12,7 @@ import os
 import re
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import date, datetime
 from enum import StrEnum
 from types import MappingProxyType
 from typing import Annotated, Any, Literal
@@ -21,7 +22,24 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from common.errors import ConfigError
-from common.store.packing import packable, packable_bounds, tie_bits
+from common.store.packing import longest_period_ms, packable, packable_bounds, tie_bits
+from common.windows import (
+    CALENDAR_KINDS,
+    DAY_MINUTES,
+    PERIOD_KINDS,
+    SEASON_WINDOW,
+    Season,
+    SeasonRule,
+    Window,
+    WindowError,
+    WindowKind,
+    check_seasons,
+    parse_anchor,
+    parse_instant,
+    parse_window,
+)
+
+__all__ = ["CALENDAR_KINDS", "PERIOD_KINDS", "Window", "WindowKind"]  # re-exported: callers' one import
 
 # Use with fullmatch: a board id is "<type>" or "<type>:<scope>", and it ends up inside a Redis
 # hash tag, so braces, spaces and control characters are kept out by construction.
@@ -32,16 +50,17 @@ BOARD_SCOPE_RE = re.compile(r"[A-Za-z0-9_.:-]{1,160}")
 _BOARD_RE = re.compile(rf"({BOARD_TYPE_RE.pattern})(?::({BOARD_SCOPE_RE.pattern}))?")
 
 DEFAULT_TYPE = "default"
-MAX_ROLLING_COUNT = 10_000
 DEFAULT_RETENTION: Mapping[str, int] = MappingProxyType(
-    {"hour": 72, "day": 31, "week": 8, "month": 12, "year": 5}
+    {"hour": 72, "day": 31, "week": 8, "month": 12, "year": 5, SEASON_WINDOW: 4}
 )
+DEFAULT_FIXED_RETENTION_DAYS = 3  # a fixed-length window keeps 3 days of periods (30min: 144)
 
 # At most a century of periods kept (hours: 400 days, counted one by one across DST changes), and
 # a late grace of at most a year: expiry and lateness stay far inside the calendar's range.
 MAX_RETENTION: Mapping[str, int] = MappingProxyType(
-    {"hour": 400 * 24, "day": 100 * 366, "week": 100 * 53, "month": 100 * 12, "year": 100}
+    {"hour": 400 * 24, "day": 100 * 366, "week": 100 * 53, "month": 100 * 12, "year": 100, SEASON_WINDOW: 100}
 )
+MAX_FIXED_RETENTION_DAYS = 400
 MAX_LATE_GRACE_MS = 366 * 86_400_000
 _EXACT_INTEGER = 2**53 - 1  # common/store/encoding.py EXACT_MAX (which imports this module)
 
@@ -57,29 +76,6 @@ class TieBreak(StrEnum):
     NONE = "none"
 
 
-class WindowKind(StrEnum):
-    TOTAL = "total"
-    HOUR = "hour"
-    DAY = "day"
-    WEEK = "week"
-    MONTH = "month"
-    YEAR = "year"
-    ROLLING = "rolling"
-
-
-CALENDAR_KINDS = frozenset(
-    {WindowKind.HOUR, WindowKind.DAY, WindowKind.WEEK, WindowKind.MONTH, WindowKind.YEAR}
-)
-
-
-@dataclass(frozen=True, slots=True)
-class Window:
-    name: str
-    kind: WindowKind
-    rolling_count: int | None = None
-    rolling_unit: str | None = None  # "h" | "d" | "w" | "m" (months)
-
-
 @dataclass(frozen=True, slots=True)
 class BoardType:
     name: str
@@ -92,6 +88,9 @@ class BoardType:
     # declared: every score of the type is an integer in [low, high] (common/store/encoding.py
     # packs the tie into the score of the windows where both fit in 53 bits)
     score_range: tuple[int, int] | None = None
+    # an activity's end: events at or after it, or processed after it plus late_grace, are
+    # dead-lettered with board_closed (reads go on until retention ends)
+    ends_at_ms: int | None = None
 
     def window(self, name: str) -> Window:
         for window in self.windows:
@@ -190,6 +189,17 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
 
+class _SeasonModel(_Strict):
+    name: str
+    start: str | datetime
+    end: str | datetime
+
+
+class _SeasonRuleModel(_Strict):
+    every_days: Annotated[int, Field(ge=1, le=3660)]
+    anchor: str | date
+
+
 class _TypeModel(_Strict):
     order: Literal["desc", "asc"] = "desc"
     tie_break: Literal["first", "last", "none"] = "first"
@@ -198,6 +208,8 @@ class _TypeModel(_Strict):
     max_members: Annotated[int, Field(ge=1)] | None = None
     late_grace: str = "10m"
     score_range: list[int] | None = None
+    seasons: list[_SeasonModel] | _SeasonRuleModel | None = None
+    ends_at: str | datetime | None = None
 
 
 class _HotModel(_Strict):
@@ -294,8 +306,6 @@ def _one_line(text: str) -> str:
 
 # --- the rules across keys --------------------------------------------------------------------
 
-_WINDOW_KINDS = {kind.value: kind for kind in WindowKind if kind is not WindowKind.ROLLING}
-_ROLLING_RE = re.compile(r"last_(\d+)([hdwm])")
 _DURATION_RE = re.compile(r"(\d{1,12})(ms|s|m|h|d)")
 _DURATION_MS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
@@ -314,7 +324,8 @@ def _build(model: _FileModel) -> BoardsConfig:
             raise _InvalidConfigError(
                 path, f"board type name {name!r} must be 1-32 characters of a-z, 0-9 and _"
             )
-        types[name] = _build_type(name, type_model if type_model is not None else _TypeModel(), path)
+        declared = type_model if type_model is not None else _TypeModel()
+        types[name] = _build_type(name, declared, path, timezone)
     hot = tuple(_build_hot(index, hot_model, types) for index, hot_model in enumerate(model.hot or ()))
     seen: set[str] = set()
     for index, hot_board in enumerate(hot):
@@ -324,33 +335,31 @@ def _build(model: _FileModel) -> BoardsConfig:
     return BoardsConfig(timezone=timezone, types=MappingProxyType(types), hot=hot)
 
 
-def _build_type(name: str, model: _TypeModel, path: str) -> BoardType:
+def _build_type(name: str, model: _TypeModel, path: str, tz: ZoneInfo) -> BoardType:
     if not model.windows:
         raise _InvalidConfigError(f"{path}.windows", "at least one window is required")
+    named, rule = _seasons(model.seasons, f"{path}.seasons", tz)
     windows: list[Window] = []
     for index, window_name in enumerate(model.windows):
         window_path = f"{path}.windows[{index}]"
         if any(window.name == window_name for window in windows):
             raise _InvalidConfigError(window_path, f"duplicate window {window_name!r}")
-        windows.append(_parse_window(window_name, window_path))
-    calendar = [window.name for window in windows if window.kind in CALENDAR_KINDS]
-    for key in model.retention:
-        if key not in calendar:
-            reason = (
-                f"window {key!r} is not in this type's windows"
-                if key in DEFAULT_RETENTION
-                else f"{key!r} is not a calendar window (retention applies to hour, day, week, month, year)"
-            )
-            raise _InvalidConfigError(f"{path}.retention.{key}", reason)
-    for key, periods in model.retention.items():
-        if periods > MAX_RETENTION[key]:
-            raise _InvalidConfigError(
-                f"{path}.retention.{key}", f"at most {MAX_RETENTION[key]} periods, got {periods}"
-            )
-    retention = {key: model.retention.get(key, DEFAULT_RETENTION[key]) for key in calendar}
+        try:
+            windows.append(parse_window(window_name, named, rule))
+        except WindowError as exc:
+            raise _InvalidConfigError(window_path, str(exc)) from None
+    if model.seasons is not None and not any(w.kind is WindowKind.SEASON for w in windows):
+        raise _InvalidConfigError(f"{path}.seasons", "seasons are declared but 'season' is not in windows")
+    retention = _retention(model.retention, windows, path)
     late_grace_ms = _parse_duration(model.late_grace, f"{path}.late_grace")
     if late_grace_ms > MAX_LATE_GRACE_MS:
         raise _InvalidConfigError(f"{path}.late_grace", f"at most 366d, got {model.late_grace!r}")
+    ends_at_ms = None
+    if model.ends_at is not None:
+        try:
+            ends_at_ms = parse_instant(model.ends_at, tz)
+        except WindowError as exc:
+            raise _InvalidConfigError(f"{path}.ends_at", str(exc)) from None
     board_type = BoardType(
         name=name,
         order=Order(model.order),
@@ -360,10 +369,67 @@ def _build_type(name: str, model: _TypeModel, path: str) -> BoardType:
         max_members=model.max_members,
         late_grace_ms=late_grace_ms,
         score_range=_score_range(model.score_range, f"{path}.score_range"),
+        ends_at_ms=ends_at_ms,
     )
     if board_type.score_range is not None:
         _check_packing(board_type, f"{path}.score_range")
     return board_type
+
+
+def _retention(declared: dict[str, int], windows: list[Window], path: str) -> dict[str, int]:
+    """Periods kept per period window: declared, else the default of its kind."""
+    periodic = {window.name: window for window in windows if window.periodic}
+    limits = {name: _retention_limit(window) for name, window in periodic.items()}
+    for key, periods in declared.items():
+        if key not in periodic:
+            reason = (
+                f"window {key!r} is not in this type's windows"
+                if key in DEFAULT_RETENTION
+                else f"{key!r} is not a period window (retention applies to calendar, fixed-length "
+                "and season windows)"
+            )
+            raise _InvalidConfigError(f"{path}.retention.{key}", reason)
+        if periods > limits[key]:
+            reason = f"at most {limits[key]} periods, got {periods}"
+            raise _InvalidConfigError(f"{path}.retention.{key}", reason)
+    out = {}
+    for name, window in periodic.items():
+        if window.kind is WindowKind.FIXED:
+            assert window.minutes is not None
+            default = DEFAULT_FIXED_RETENTION_DAYS * DAY_MINUTES // window.minutes
+        else:
+            default = DEFAULT_RETENTION[window.kind.value]
+        out[name] = declared.get(name, default)
+    return out
+
+
+def _retention_limit(window: Window) -> int:
+    if window.kind is WindowKind.FIXED:
+        assert window.minutes is not None
+        return MAX_FIXED_RETENTION_DAYS * DAY_MINUTES // window.minutes
+    return MAX_RETENTION[window.kind.value]
+
+
+def _seasons(
+    model: list[_SeasonModel] | _SeasonRuleModel | None, path: str, tz: ZoneInfo
+) -> tuple[tuple[Season, ...], SeasonRule | None]:
+    if model is None:
+        return (), None
+    try:
+        if isinstance(model, _SeasonRuleModel):
+            return (), SeasonRule(model.every_days, parse_anchor(model.anchor))
+        named = []
+        for index, season in enumerate(model):
+            try:
+                start, end = parse_instant(season.start, tz), parse_instant(season.end, tz)
+            except WindowError as exc:
+                raise WindowError(f"[{index}]: {exc}") from None
+            named.append(Season(season.name, start, end))
+        return check_seasons(named), None
+    except WindowError as exc:
+        text = str(exc)
+        sub, _, reason = text.partition(": ") if text.startswith("[") else ("", "", text)
+        raise _InvalidConfigError(path + sub, reason) from None
 
 
 def _score_range(values: list[int] | None, path: str) -> tuple[int, int] | None:
@@ -381,33 +447,14 @@ def _check_packing(board_type: BoardType, path: str) -> None:
     """A declared range must leave room for the tie of every calendar window in 53 bits."""
     assert board_type.score_range is not None
     for window in board_type.windows:
-        bits = tie_bits(window.kind.value, board_type.tie_break is not TieBreak.NONE)
-        if window.kind in CALENDAR_KINDS and bits is not None and not packable(board_type.score_range, bits):
+        bits = tie_bits(longest_period_ms(window), board_type.tie_break is not TieBreak.NONE)
+        if window.periodic and bits is not None and not packable(board_type.score_range, bits):
             low, high = packable_bounds(bits)
             raise _InvalidConfigError(
                 path,
                 f"window {window.name!r} keeps {bits} bits of tie time beside the score, which leaves "
                 f"[{low}, {high}] for scores within 53 bits; got {list(board_type.score_range)}",
             )
-
-
-def _parse_window(name: str, path: str) -> Window:
-    kind = _WINDOW_KINDS.get(name)
-    if kind is not None:
-        return Window(name=name, kind=kind)
-    rolling = _ROLLING_RE.fullmatch(name)
-    if rolling is None:
-        raise _InvalidConfigError(
-            path,
-            f"unknown window {name!r} (expected total, hour, day, week, month, year or last_<N>h|d|w|m)",
-        )
-    digits, unit = rolling.groups()
-    # The name doubles as the API's window parameter and a Redis key part: one spelling per window.
-    if digits != str(int(digits)) or not 1 <= int(digits) <= MAX_ROLLING_COUNT:
-        raise _InvalidConfigError(
-            path, f"rolling window {name!r}: N must be 1..{MAX_ROLLING_COUNT} without leading zeros"
-        )
-    return Window(name=name, kind=WindowKind.ROLLING, rolling_count=int(digits), rolling_unit=unit)
 
 
 def _parse_duration(text: str, path: str) -> int:

@@ -70,6 +70,7 @@ class Reason(StrEnum):
     BAD_TS = "bad_ts"
     TS_OUT_OF_RANGE = "ts_out_of_range"
     META_TOO_LARGE = "meta_too_large"
+    BOARD_CLOSED = "board_closed"  # its board type's activity ended (ts at or after the end, or late)
     INTERNAL_ERROR = "internal_error"  # processing raised: the message is dead-lettered, never retried
 
 

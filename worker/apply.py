@@ -16,7 +16,7 @@ from common.boards import BoardsConfig, BoardType, WindowKind
 from common.errors import InfrastructureError
 from common.events import Op, UpdateEvent
 from common.idwindow import LISTPACK_CAP, fingerprint
-from common.periods import CALENDAR_KINDS, PeriodCache, expire_at_ms
+from common.periods import PeriodCache, expire_at_ms
 from common.store.apply import (
     ApplyEvent,
     ApplyReply,
@@ -86,6 +86,10 @@ class Outcome(NamedTuple):  # one per event: a tuple is the cheapest immutable r
 
 
 _FOREVER = 2**62
+# the error class a closed-board event is recorded under in its fence (apply.lua's op `x`), so a
+# redelivery of it is dead-lettered board_closed again, whatever the clock says then
+BOARD_CLOSED_MARK = "board_closed"
+_NOWHERE: list[Instance] = []  # a closed board's event counts in no instance
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +114,7 @@ class _Entry(NamedTuple):
     names: tuple[str, ...]  # the instances it counts in
     late: int  # windows it missed because their period closed beyond late_grace
     position: Position | None
+    closed: bool = False  # its board type's activity has ended: recorded, dead-lettered
 
 
 @dataclass
@@ -134,7 +139,14 @@ class _Chunk:
         return len(self.instances) + new <= MAX_INSTANCES_PER_CALL
 
     def add(
-        self, event: UpdateEvent, ts: int, pairs: list[Instance], late: int, position: Position | None
+        self,
+        event: UpdateEvent,
+        ts: int,
+        pairs: list[Instance],
+        late: int,
+        position: Position | None,
+        *,
+        closed: bool = False,
     ) -> None:
         known = self._masks.get(id(pairs))
         if known is None:
@@ -146,7 +158,7 @@ class _Chunk:
         if position is not None:
             source = position.source
             self.sources.setdefault(source.field, (len(self.sources) + 1, source))
-        self.events.append(_Entry(event, ts, known[1], known[2], late, position))
+        self.events.append(_Entry(event, ts, known[1], known[2], late, position, closed))
 
     def where(self, position: Position | None) -> int:
         """apply.lua's `where`: source number * 1000 + array index + 1 (0: no position)."""
@@ -197,15 +209,19 @@ class Applier:
             if window.kind is WindowKind.TOTAL:
                 packing = window_packing(board_type, window, 0)
                 slots.append((Instance(TOTAL_INSTANCE, 0, packing), _FOREVER))
-            elif window.kind in CALENDAR_KINDS:
-                period = self._periods.at(window.kind, ts)
-                expire = expire_at_ms(period, board_type.retention[window.name], self._boards.timezone)
+            elif window.periodic:
+                period = self._periods.at(window, ts)
+                if period is None:  # between two seasons: the window takes nothing now
+                    start, end = max(start, ts), min(end, ts + 1)
+                    continue
+                tz = self._boards.timezone
+                expire = expire_at_ms(window, period, board_type.retention[window.name], tz)
                 # a period whose keys already expired can't take the event either: PEXPIREAT in
                 # the past would delete the whole period (retention 1 with a late grace did)
                 late_after = min(period.end_ms + board_type.late_grace_ms, expire)
                 packing = window_packing(board_type, window, period.start_ms)
                 slots.append((Instance(window_instance(window.name, period.id), expire, packing), late_after))
-                start, end = max(start, period.start_ms), min(end, period.end_ms)
+                start, end = max(start, period.reuse_from), min(end, period.reuse_until)
             # rolling windows (last_<N>...) are not applied yet: see README "Windows"
         cached = _Slots(start, end, slots)
         self._slot_cache[board_type.name] = cached
@@ -238,7 +254,9 @@ class Applier:
             try:
                 board_type = self._boards.type_for(event.board_type)
                 assert board_type is not None  # the parser resolved it
-                pairs, late = self._instances(board_type, ts, now, memo)
+                ends = board_type.ends_at_ms
+                closed = ends is not None and (ts >= ends or now >= ends + board_type.late_grace_ms)
+                pairs, late = (_NOWHERE, 0) if closed else self._instances(board_type, ts, now, memo)
             except Exception as exc:  # noqa: BLE001 - whatever it is, it is this event's alone
                 failures.append(Failure(event, exc))
                 continue
@@ -247,7 +265,7 @@ class Applier:
                 chunk = _Chunk(event.board, board_type)
                 open_chunks[event.board] = chunk
                 chunks.append(chunk)
-            chunk.add(event, ts, pairs, late, position)
+            chunk.add(event, ts, pairs, late, position, closed=closed)
         return chunks
 
     def _request(self, chunk: _Chunk, want_state: bool) -> ApplyRequest:
@@ -259,8 +277,8 @@ class Applier:
             event, position = entry.event, entry.position
             events.append(
                 ApplyEvent(
-                    op=event.op.value,
-                    member=event.member,
+                    op=Op.FAILED_MARKER.value if entry.closed else event.op.value,
+                    member=BOARD_CLOSED_MARK if entry.closed else event.member,
                     score=event.score,
                     tie_ms=entry.ts,
                     meta=event.meta.decode() if event.meta is not None else "",
@@ -329,7 +347,7 @@ class Applier:
         for entry in chunk.events:
             single = _Chunk(chunk.board, chunk.board_type)
             pairs = [chunk.instances[n][1] for n in entry.names]
-            single.add(entry.event, entry.ts, pairs, entry.late, entry.position)
+            single.add(entry.event, entry.ts, pairs, entry.late, entry.position, closed=entry.closed)
             try:
                 (reply,) = self._script.run_many(self._client, [self._request(single, want)])
                 outcomes += _decode(single, want, reply, self.epoch)

@@ -34,9 +34,12 @@ def _instances(client: redis.Redis, keys: BoardKeys, windows: tuple[str, ...], b
         total = window.kind is WindowKind.TOTAL
         packed = window_bits(board_type, window) is not None
         for instance in scan.instances(client, keys, name, total, packed):
-            start = (
-                0 if total else parse_period(window.kind, instance.split(":", 1)[1], boards.timezone).start_ms
-            )
+            try:
+                start = (
+                    0 if total else parse_period(window, instance.split(":", 1)[1], boards.timezone).start_ms
+                )
+            except ValueError:  # a period id the window no longer has (a season taken out of the config)
+                continue
             out.append((instance, window_packing(board_type, window, start), tie_mode(board_type)))
     return out
 

@@ -29,12 +29,13 @@ from dataclasses import dataclass, field
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from common.boards import BoardsConfig
+from common.clock import Clock, system_ms
 from common.deadline import Deadline
 from common.errors import BadEvent
 from common.events import MIN_TS_MS, Reason, UpdateEvent, parse_message, ts_ceiling, ts_out_of_range
 from common.kafka_types import MessageLike, consume_available
 from common.store.encoding import Status
-from worker.apply import Applier, EarlierFailure, EpochMismatch, Outcome, Position
+from worker.apply import BOARD_CLOSED_MARK, Applier, EarlierFailure, EpochMismatch, Outcome, Position
 from worker.dlq import DeadLetters
 from worker.faults import is_infrastructure
 from worker.fencing import PredecessorFence
@@ -108,7 +109,9 @@ class WorkerLoop:
         batch_timeout_s: float,
         max_future_skew_s: int,
         shutdown_deadline_s: float,
+        clock: Clock = system_ms,
     ) -> None:
+        self._clock = clock
         self._consumer = consumer
         self._boards = boards
         self._applier = applier
@@ -321,7 +324,7 @@ class WorkerLoop:
         """Parse and validate (the loop's thread, overlapping the previous batch's apply)."""
         self.metrics.consumed.inc(len(messages))
         self.metrics.batch_size.observe(len(messages))
-        now = int(time.time() * 1000)
+        now = self._clock()
         pairs: list[tuple[UpdateEvent, int]] = []
         positions: list[Position | None] = []
         origins: dict[int, _Origin] = {}
@@ -467,6 +470,11 @@ def _rejection(outcome: Outcome, origin: _Origin) -> Rejection | None:
     if outcome.status is Status.OUT_OF_RANGE:
         message = "the resulting score leaves the exact range ±(2^53-1)"
         return origin.msg, BadEvent(Reason.SCORE_OUT_OF_RANGE, message, origin.index), None
+    if outcome.status is Status.FAILED and outcome.failed_as == BOARD_CLOSED_MARK:
+        message = (
+            "the board's activity has ended (ts at or after its end, or processed after it + late_grace)"
+        )
+        return origin.msg, BadEvent(Reason.BOARD_CLOSED, message, origin.index), None
     if outcome.status is Status.FAILED:  # redelivered; its processing raised on its first delivery
         error = EarlierFailure(outcome.failed_as or "")
         return origin.msg, internal_error(error, origin.index), error

@@ -18,6 +18,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType  # t
 
 from common.boards import BoardsConfig, load_boards
 from common.clients import kafka_consumer, kafka_producer, redis_client
+from common.clock import Clock, system_ms
 from common.deadline import Deadline
 from common.errors import InfrastructureError
 from common.health import serve_probes
@@ -92,7 +93,10 @@ def dlq_record_limit(settings: Settings) -> int:
     return min(producer_limit, topic_limit)
 
 
-def build_loop(settings: Settings, metrics: WorkerMetrics) -> tuple[WorkerLoop, redis.Redis]:
+def build_loop(
+    settings: Settings, metrics: WorkerMetrics, clock: Clock = system_ms
+) -> tuple[WorkerLoop, redis.Redis]:
+    """The worker's wiring; `clock` is the service's clock (common/clock.py)."""
     boards = load_boards(settings.boards)
     client = redis_client(settings)
     deadline = Deadline()
@@ -145,7 +149,7 @@ def build_loop(settings: Settings, metrics: WorkerMetrics) -> tuple[WorkerLoop, 
         # batches' transactions
         backfill_producer = kafka_producer(settings, {"enable.idempotence": True, "acks": "all"})
         publisher = cache_publisher(settings, boards, backfill_producer, client).over(outputs)
-    applier = Applier(client, boards, settings.key_prefix, settings.id_window_s)
+    applier = Applier(client, boards, settings.key_prefix, settings.id_window_s, now_ms=clock)
     applier.tie_index = settings.tie_index
     guard = SourceGuard(
         client,
@@ -177,6 +181,7 @@ def build_loop(settings: Settings, metrics: WorkerMetrics) -> tuple[WorkerLoop, 
         batch_timeout_s=settings.worker_batch_timeout_ms / 1000,
         max_future_skew_s=settings.max_future_skew_s,
         shutdown_deadline_s=settings.shutdown_deadline_s,
+        clock=clock,
     )
     consumer.subscribe(
         [settings.topic_updates], on_assign=loop.on_assign, on_revoke=loop.on_revoke, on_lost=loop.on_lost

@@ -36,7 +36,7 @@ from enum import IntEnum, StrEnum
 from typing import overload
 
 from common.boards import BoardType, Order, TieBreak, Window
-from common.store.packing import BEFORE_START_MS, packable, tie_bits
+from common.store.packing import BEFORE_START_MS, longest_period_ms, packable, tie_bits
 
 EXACT_MAX = 2**53 - 1
 TIE_BYTES = 6  # 48 bits of milliseconds, beyond year 9999
@@ -76,7 +76,7 @@ def window_bits(board_type: BoardType, window: Window) -> int | None:
     """The tie bits a window of the type packs beside its scores; None: the general layout."""
     if board_type.score_range is None:
         return None
-    bits = tie_bits(window.kind.value, board_type.tie_break is not TieBreak.NONE)
+    bits = tie_bits(longest_period_ms(window), board_type.tie_break is not TieBreak.NONE)
     return bits if bits is not None and packable(board_type.score_range, bits) else None
 
 

@@ -10,10 +10,12 @@ order with its tie rule, and no state hash or tie prefix is needed (common/store
 
 `total` has no period to count ties from, so it packs only without ties (tie_break: none);
 with ties it keeps the general layout. This module knows no board type (common/boards.py
-imports it): window kinds are their names.
+imports it), only windows.
 """
 
 from __future__ import annotations
+
+from common.windows import Window, WindowKind
 
 EXACT_BITS = 53
 _HOUR_MS = 3_600_000
@@ -32,12 +34,23 @@ LONGEST_PERIOD_MS = {
 }
 
 
-def tie_bits(kind: str, ties: bool) -> int | None:
-    """Bits of tie time a window of `kind` packs beside the score; None: it can't pack."""
+def longest_period_ms(window: Window) -> int | None:
+    """The longest real duration one period of the window can span; None: it has no periods."""
+    if window.kind is WindowKind.FIXED and window.minutes is not None:
+        return window.minutes * 60_000 + 2 * _HOUR_MS  # a repeated local time stays in one period
+    if window.kind is WindowKind.SEASON:
+        if window.rule is not None:
+            return window.rule.every_days * 24 * _HOUR_MS + 2 * _HOUR_MS
+        return max(season.end_ms - season.start_ms for season in window.seasons)
+    return LONGEST_PERIOD_MS.get(window.kind.value)
+
+
+def tie_bits(longest_ms: int | None, ties: bool) -> int | None:
+    """Bits of tie time a window whose periods last at most `longest_ms` packs beside the score;
+    None: it can't pack (it has no periods to count ties from)."""
     if not ties:
         return 0
-    longest = LONGEST_PERIOD_MS.get(kind)
-    return None if longest is None else (BEFORE_START_MS + longest - 1).bit_length()
+    return None if longest_ms is None else (BEFORE_START_MS + longest_ms - 1).bit_length()
 
 
 def packable_bounds(bits: int) -> tuple[int, int]:

@@ -443,7 +443,7 @@ class ExplodingPeriods(PeriodCache):
         self._bad = bad_ts
         self._error = error
 
-    def at(self, kind: Any, ts_ms: int) -> Period:
+    def at(self, kind: Any, ts_ms: int) -> Period | None:
         if ts_ms in self._bad:
             raise self._error
         return self._inner.at(kind, ts_ms)

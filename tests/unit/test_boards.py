@@ -217,7 +217,8 @@ BAD_CONFIGS: list[tuple[str, str, str, str]] = [
         "unknown window",
         "types: {gift: {windows: [total, day, fortnight]}}",
         "types.gift.windows[2]",
-        "unknown window 'fortnight' (expected total, hour, day, week, month, year or last_<N>h|d|w|m)",
+        "unknown window 'fortnight' (expected total, hour, day, week, month, year, <N>min, <N>h, season or "
+        "last_<N>h|d|w|m)",
     ),
     (
         "duplicate window",
@@ -245,7 +246,7 @@ BAD_CONFIGS: list[tuple[str, str, str, str]] = [
         "retention for non-calendar",
         "types: {gift: {windows: [total], retention: {total: 1}}}",
         "types.gift.retention.total",
-        "not a calendar window",
+        "not a period window",
     ),
     (
         "retention of 0",

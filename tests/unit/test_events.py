@@ -186,7 +186,10 @@ def test_malformed_event_is_rejected_with_its_reason(
 
 def test_the_table_covers_every_reason() -> None:
     # internal_error is the worker's, for whatever raises while a message is processed
-    assert {row[2] for row in MALFORMED} == {reason.value for reason in Reason} - {"internal_error"}
+    assert {row[2] for row in MALFORMED} == {reason.value for reason in Reason} - {
+        "internal_error",
+        "board_closed",
+    }  # the worker's
 
 
 def test_reason_codes_are_the_documented_strings() -> None:
@@ -209,6 +212,7 @@ def test_reason_codes_are_the_documented_strings() -> None:
         "bad_ts",
         "ts_out_of_range",
         "meta_too_large",
+        "board_closed",
         "internal_error",
     ]
 

@@ -5,12 +5,14 @@ value unpacks to its score and tie. Redis' side is tested in test_store_order.py
 from __future__ import annotations
 
 import math
+from datetime import date
 
 from hypothesis import given
 from hypothesis import strategies as st
 
 from common.store.encoding import EXACT_MAX, Packing, packed_bound
-from common.store.packing import packable, packable_bounds, tie_bits
+from common.store.packing import longest_period_ms, packable, packable_bounds, tie_bits
+from common.windows import SeasonRule, Window, WindowKind, parse_window
 
 BITS = 27
 LOW, HIGH = packable_bounds(BITS)
@@ -63,15 +65,26 @@ def test_a_bound_on_scores_selects_the_same_members_of_packed_values(rows, low, 
 
 
 def test_tie_bits_fit_the_longest_period_and_total_packs_only_without_ties():
-    assert {kind: tie_bits(kind, True) for kind in ("hour", "day", "week", "month", "year")} == {
+    windows = {kind: Window(kind, WindowKind(kind)) for kind in ("hour", "day", "week", "month", "year")}
+    assert {kind: tie_bits(longest_period_ms(w), True) for kind, w in windows.items()} == {
         "hour": 25,
         "day": 27,
         "week": 30,
         "month": 32,
         "year": 35,
     }
-    assert tie_bits("total", True) is None
-    assert tie_bits("total", False) == 0
+    total = Window("total", WindowKind.TOTAL)
+    assert tie_bits(longest_period_ms(total), True) is None
+    assert tie_bits(longest_period_ms(total), False) == 0
+    # fixed-length periods and seasons: their length plus a repeated local time
+    assert tie_bits(longest_period_ms(parse_window("30min")), True) == 24  # 4.5 h + 2 h before the start
+    assert (
+        tie_bits(
+            longest_period_ms(Window("season", WindowKind.SEASON, rule=SeasonRule(28, date(2026, 1, 5)))),
+            True,
+        )
+        == 32
+    )
     assert packable((-(2**26), 2**26 - 1), 27)
     assert not packable((0, 2**26), 27)
     assert not packable((-(2**26) - 1, 0), 27)

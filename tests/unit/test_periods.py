@@ -5,10 +5,23 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from common.boards import WindowKind
-from common.periods import PeriodCache, expire_at_ms, parse_period, period_at
+from common.periods import (
+    Period,
+    PeriodCache,
+    expire_at_ms,
+    parse_period,
+    period_at,
+    previous_period,
+    recent_periods,
+)
+from common.windows import Season, SeasonRule, Window, WindowKind, parse_window
 
 SH = ZoneInfo("Asia/Shanghai")
+NY = ZoneInfo("America/New_York")
+HOUR, DAY, WEEK, MONTH, YEAR = (
+    Window(k.value, k)
+    for k in (WindowKind.HOUR, WindowKind.DAY, WindowKind.WEEK, WindowKind.MONTH, WindowKind.YEAR)
+)
 
 
 def ms(text: str, tz: ZoneInfo = SH) -> int:
@@ -18,16 +31,16 @@ def ms(text: str, tz: ZoneInfo = SH) -> int:
 @pytest.mark.parametrize(
     ("kind", "instant", "pid", "start", "end"),
     [
-        (WindowKind.HOUR, "2026-11-22 13:59:59", "2026-11-22T13", "2026-11-22 13:00", "2026-11-22 14:00"),
-        (WindowKind.DAY, "2026-11-22 00:00:00", "2026-11-22", "2026-11-22 00:00", "2026-11-23 00:00"),
-        (WindowKind.WEEK, "2026-11-22 23:00:00", "2026-W47", "2026-11-16 00:00", "2026-11-23 00:00"),
-        (WindowKind.WEEK, "2027-01-01 08:00:00", "2026-W53", "2026-12-28 00:00", "2027-01-04 00:00"),
-        (WindowKind.MONTH, "2026-12-31 23:59:59", "2026-12", "2026-12-01 00:00", "2027-01-01 00:00"),
-        (WindowKind.YEAR, "2026-06-01 00:00:00", "2026", "2026-01-01 00:00", "2027-01-01 00:00"),
+        (HOUR, "2026-11-22 13:59:59", "2026-11-22T13", "2026-11-22 13:00", "2026-11-22 14:00"),
+        (DAY, "2026-11-22 00:00:00", "2026-11-22", "2026-11-22 00:00", "2026-11-23 00:00"),
+        (WEEK, "2026-11-22 23:00:00", "2026-W47", "2026-11-16 00:00", "2026-11-23 00:00"),
+        (WEEK, "2027-01-01 08:00:00", "2026-W53", "2026-12-28 00:00", "2027-01-04 00:00"),
+        (MONTH, "2026-12-31 23:59:59", "2026-12", "2026-12-01 00:00", "2027-01-01 00:00"),
+        (YEAR, "2026-06-01 00:00:00", "2026", "2026-01-01 00:00", "2027-01-01 00:00"),
     ],
 )
 def test_period_at_and_parse_agree(kind, instant, pid, start, end):
-    period = period_at(kind, ms(instant), SH)
+    period = at(kind, ms(instant), SH)
     assert (period.id, period.start_ms, period.end_ms) == (pid, ms(start), ms(end))
     assert parse_period(kind, pid, SH) == period
 
@@ -35,14 +48,14 @@ def test_period_at_and_parse_agree(kind, instant, pid, start, end):
 def test_periods_follow_the_configured_zone():
     # 2026-11-22 20:00 UTC is already the 23rd in Shanghai
     instant = ms("2026-11-22 20:00:00", ZoneInfo("UTC"))
-    assert period_at(WindowKind.DAY, instant, SH).id == "2026-11-23"
-    assert period_at(WindowKind.DAY, instant, ZoneInfo("UTC")).id == "2026-11-22"
+    assert at(DAY, instant, SH).id == "2026-11-23"
+    assert at(DAY, instant, ZoneInfo("UTC")).id == "2026-11-22"
 
 
 @pytest.mark.parametrize(
     ("kind", "bad"),
-    [(WindowKind.DAY, "2026-13-01"), (WindowKind.DAY, "2026-11"), (WindowKind.WEEK, "2026-W54"),
-     (WindowKind.HOUR, "2026-11-22T24"), (WindowKind.MONTH, "26-11"), (WindowKind.YEAR, "all")],
+    [(DAY, "2026-13-01"), (DAY, "2026-11"), (WEEK, "2026-W54"),
+     (HOUR, "2026-11-22T24"), (MONTH, "26-11"), (YEAR, "all")],
 )  # fmt: skip
 def test_bad_period_ids_are_refused(kind, bad):
     with pytest.raises(ValueError, match=r"is not a \w+ period id"):
@@ -50,15 +63,137 @@ def test_bad_period_ids_are_refused(kind, bad):
 
 
 def test_expiry_keeps_retention_periods():
-    day = parse_period(WindowKind.DAY, "2026-11-22", SH)
-    assert expire_at_ms(day, 31, SH) == ms("2026-12-23 00:00")
-    month = parse_period(WindowKind.MONTH, "2026-11", SH)
-    assert expire_at_ms(month, 12, SH) == ms("2027-11-01 00:00")
+    day = parse_period(DAY, "2026-11-22", SH)
+    assert expire_at_ms(DAY, day, 31, SH) == ms("2026-12-23 00:00")
+    month = parse_period(MONTH, "2026-11", SH)
+    assert expire_at_ms(MONTH, month, 12, SH) == ms("2027-11-01 00:00")
 
 
 def test_period_cache_matches_the_uncached_math():
     cache = PeriodCache(SH)
     start = ms("2026-11-22 22:30:00")
     for step in range(0, 4 * 3600 * 1000, 7 * 60 * 1000):
-        for kind in (WindowKind.HOUR, WindowKind.DAY):
-            assert cache.at(kind, start + step) == period_at(kind, start + step, SH)
+        for window in (HOUR, DAY, parse_window("30min")):
+            assert cache.at(window, start + step) == period_at(window, start + step, SH)
+
+
+THIRTY = parse_window("30min")
+
+
+def at(window: Window, ts_ms: int, tz: ZoneInfo) -> Period:
+    found = period_at(window, ts_ms, tz)
+    assert found is not None
+    return found
+
+
+def before(window: Window, period: Period, tz: ZoneInfo) -> Period:
+    found = previous_period(window, period, tz)
+    assert found is not None
+    return found
+
+
+TWO_H = parse_window("2h")
+
+
+def test_fixed_periods_align_to_local_midnight():
+    period = period_at(THIRTY, ms("2026-11-22 13:45:00"), SH)
+    assert period is not None
+    assert (period.id, period.start_ms, period.end_ms) == (
+        "2026-11-22T13:30",
+        ms("2026-11-22 13:30"),
+        ms("2026-11-22 14:00"),
+    )
+    assert parse_period(THIRTY, "2026-11-22T13:30", SH) == period
+    two = period_at(TWO_H, ms("2026-11-22 13:45:00"), SH)
+    assert two is not None and two.id == "2026-11-22T12:00"
+    assert before(THIRTY, parse_period(THIRTY, "2026-11-22T00:00", SH), SH).id == "2026-11-21T23:30"
+
+
+@pytest.mark.parametrize("bad", ["2026-11-22T13:15", "2026-11-22T13", "2026-11-22T24:00", "2026-13-01T00:00"])
+def test_bad_fixed_ids_are_refused(bad):
+    with pytest.raises(ValueError, match="period"):
+        parse_period(THIRTY, bad, SH)
+
+
+@pytest.mark.parametrize("name", ["7min", "0min", "05min", "5h", "25h", "1440min0"])
+def test_fixed_lengths_must_divide_a_day(name):
+    with pytest.raises(ValueError, match=r"divide 24 h|unknown window"):
+        parse_window(name)
+
+
+def test_fixed_periods_at_the_autumn_change_keep_a_repeated_time_in_one_period():
+    # New York, 2026-11-01: 01:00-02:00 happens twice (EDT, then EST)
+    first = int(datetime(2026, 11, 1, 1, 10, tzinfo=NY).timestamp() * 1000)
+    second = int(datetime(2026, 11, 1, 1, 10, fold=1, tzinfo=NY).timestamp() * 1000)
+    assert second - first == 3_600_000
+    a, b = period_at(THIRTY, first, NY), period_at(THIRTY, second, NY)
+    assert a == b and a is not None and a.id == "2026-11-01T01:00"
+    assert a.start_ms == first - 600_000 and a.end_ms == second + 20 * 60_000  # to 01:30 EST
+    middle = period_at(THIRTY, first + 30 * 60_000, NY)  # 01:40 EDT
+    assert middle is not None and middle.id == "2026-11-01T01:30"
+    cache = PeriodCache(NY)
+    for step in range(0, 4 * 3_600_000, 60_000):
+        ts = first - 3_600_000 + step
+        assert cache.at(THIRTY, ts) == period_at(THIRTY, ts, NY)
+
+
+def test_fixed_periods_skipped_by_the_spring_change_do_not_exist():
+    # New York, 2026-03-08: 02:00-03:00 does not happen
+    with pytest.raises(ValueError, match="skips"):
+        parse_period(THIRTY, "2026-03-08T02:30", NY)
+    three = parse_period(THIRTY, "2026-03-08T03:00", NY)
+    assert before(THIRTY, three, NY).id == "2026-03-08T01:30"
+    # retention counts periods that exist: the 4th after 01:00 (01:30, 03:00, 03:30, 04:00) starts at 04:00
+    one = parse_period(THIRTY, "2026-03-08T01:00", NY)
+    assert expire_at_ms(THIRTY, one, 4, NY) == int(datetime(2026, 3, 8, 4, 0, tzinfo=NY).timestamp() * 1000)
+
+
+NAMED = Window(
+    "season",
+    WindowKind.SEASON,
+    seasons=(
+        Season("s1", ms("2026-09-01 00:00"), ms("2026-10-01 00:00")),
+        Season("s2", ms("2026-10-15 00:00"), ms("2026-12-01 00:00")),
+    ),
+)
+RULED = Window("season", WindowKind.SEASON, rule=SeasonRule(28, datetime(2026, 1, 5).date()))
+
+
+def test_named_seasons_and_the_gap_between_them():
+    assert at(NAMED, ms("2026-09-30 23:59:59"), SH).id == "s1"
+    assert period_at(NAMED, ms("2026-10-01 00:00"), SH) is None
+    assert period_at(NAMED, ms("2026-08-31 00:00"), SH) is None
+    s2 = parse_period(NAMED, "s2", SH)
+    assert before(NAMED, s2, SH).id == "s1"
+    assert previous_period(NAMED, parse_period(NAMED, "s1", SH), SH) is None
+    assert expire_at_ms(NAMED, s2, 2, SH) == s2.start_ms + 2 * (s2.end_ms - s2.start_ms)
+    with pytest.raises(ValueError, match="not a season"):
+        parse_period(NAMED, "s3", SH)
+
+
+def test_seasons_every_n_days_from_an_anchor():
+    period = period_at(RULED, ms("2026-02-02 00:00"), SH)
+    assert period is not None and period.id == "2026-01-05+1"
+    assert (period.start_ms, period.end_ms) == (ms("2026-02-02 00:00"), ms("2026-03-02 00:00"))
+    assert period_at(RULED, ms("2026-01-04 23:59"), SH) is None
+    assert parse_period(RULED, "2026-01-05+1", SH) == period
+    assert before(RULED, period, SH).id == "2026-01-05+0"
+    for bad in ("2026-01-06+1", "2026-01-05-1", "2026-01-05+999999999"):
+        with pytest.raises(ValueError, match=r"season id|beyond the calendar"):
+            parse_period(RULED, bad, SH)
+
+
+def test_recent_periods_are_those_not_expired_up_to_the_latest_event_time():
+    now = ms("2026-11-22 13:45")
+    got = recent_periods(THIRTY, 4, now, now + 3_600_000, SH)
+    assert [p.id for p in got] == [
+        "2026-11-22T14:30",
+        "2026-11-22T14:00",
+        "2026-11-22T13:30",
+        "2026-11-22T13:00",
+        "2026-11-22T12:30",
+        "2026-11-22T12:00",  # expires at 14:00: four periods after it
+    ]
+    assert [p.id for p in recent_periods(NAMED, 4, ms("2026-10-05 00:00"), ms("2026-10-06 00:00"), SH)] == [
+        "s1"
+    ]

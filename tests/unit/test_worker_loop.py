@@ -31,6 +31,7 @@ from common.events import MIN_TS_MS, Op, Reason, UpdateEvent, parse_message
 from common.periods import period_at
 from common.store.encoding import MemberState, Status
 from common.store.keys import TOTAL_INSTANCE
+from common.windows import Window
 from tests.unit.stubs import (
     TIMESTAMP_CREATE_TIME,
     TIMESTAMP_LOG_APPEND_TIME,
@@ -88,7 +89,9 @@ BOOM = "ERR user_script:1: boom"
 
 
 def hour_instance(ts: int) -> str:
-    return f"hour:{period_at(WindowKind.HOUR, ts, BOARDS.timezone).id}"
+    period = period_at(Window("hour", WindowKind.HOUR), ts, BOARDS.timezone)
+    assert period is not None
+    return f"hour:{period.id}"
 
 
 # --- building events and messages -----------------------------------------------------------------

@@ -1,5 +1,4 @@
-"""Calendar period math shared by the worker (bucketing, expiry, late events) and the API
-(`period=` and `at=`). Periods are computed in the config's time zone.
+"""Calendar periods (hour, day, week, month, year) in the config's time zone.
 
 Period ids: hour `2026-11-22T13`, day `2026-11-22`, week `2026-W47` (ISO), month `2026-11`,
 year `2026`. In a zone with daylight saving, the repeated local hour of the autumn change is
@@ -9,14 +8,13 @@ one bucket (its id names the local hour) and covers both real hours.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from zoneinfo import ZoneInfo
 
-from common.boards import WindowKind
+from common.periods.model import Period, contiguous, epoch_ms, local_of
+from common.windows import WindowKind
 
 _HOUR = timedelta(hours=1)
-CALENDAR_KINDS = (WindowKind.HOUR, WindowKind.DAY, WindowKind.WEEK, WindowKind.MONTH, WindowKind.YEAR)
 _PATTERNS = {
     WindowKind.HOUR: re.compile(r"^(\d{4})-(\d{2})-(\d{2})T(\d{2})$"),
     WindowKind.DAY: re.compile(r"^(\d{4})-(\d{2})-(\d{2})$"),
@@ -24,17 +22,6 @@ _PATTERNS = {
     WindowKind.MONTH: re.compile(r"^(\d{4})-(\d{2})$"),
     WindowKind.YEAR: re.compile(r"^(\d{4})$"),
 }
-
-
-@dataclass(frozen=True, slots=True)
-class Period:
-    kind: WindowKind
-    id: str
-    start_ms: int  # inclusive
-    end_ms: int  # exclusive
-
-    def contains(self, ts_ms: int) -> bool:
-        return self.start_ms <= ts_ms < self.end_ms
 
 
 def _start_local(kind: WindowKind, local: datetime) -> datetime:
@@ -78,18 +65,14 @@ def _label(kind: WindowKind, start: datetime) -> str:
     return start.strftime("%Y")
 
 
-def _epoch_ms(local: datetime, tz: ZoneInfo) -> int:
-    return int(local.replace(tzinfo=tz).timestamp() * 1000)
-
-
 def _make(kind: WindowKind, start: datetime, tz: ZoneInfo) -> Period:
     end = _shift(kind, start, 1)
-    return Period(kind, _label(kind, start), _epoch_ms(start, tz), _epoch_ms(end, tz))
+    return contiguous(Period(kind, _label(kind, start), epoch_ms(start, tz), epoch_ms(end, tz)))
 
 
 def period_at(kind: WindowKind, ts_ms: int, tz: ZoneInfo) -> Period:
     """The period of `kind` that contains the instant `ts_ms`."""
-    local = datetime.fromtimestamp(ts_ms / 1000, tz).replace(tzinfo=None)
+    local = local_of(ts_ms, tz)
     return _make(kind, _start_local(kind, local), tz)
 
 
@@ -116,29 +99,22 @@ def expire_at_ms(period: Period, retention: int, tz: ZoneInfo) -> int:
     retention 72: the start of the 72nd hour after it). Counted from the period's nominal local
     start (a day that begins inside a DST gap starts, on the clock, after it), and counting only
     periods that exist: a local hour a DST change skips entirely is no period."""
-    start = _start_local(period.kind, datetime.fromtimestamp(period.start_ms / 1000, tz).replace(tzinfo=None))
+    start = _start_local(period.kind, local_of(period.start_ms, tz))
     if period.kind is not WindowKind.HOUR:
-        return _epoch_ms(_shift(period.kind, start, retention), tz)
+        return epoch_ms(_shift(period.kind, start, retention), tz)
     label, counted = start, 0
     while counted < retention:
         label += _HOUR
-        if _epoch_ms(label + _HOUR, tz) > _epoch_ms(label, tz):  # some instant reads this hour
+        if epoch_ms(label + _HOUR, tz) > epoch_ms(label, tz):  # some instant reads this hour
             counted += 1
-    return _epoch_ms(label, tz)
+    return epoch_ms(label, tz)
 
 
-class PeriodCache:
-    """Period lookup for a stream of timestamps: consecutive events almost always fall in the
-    period just looked up, so this skips the calendar math for them."""
-
-    def __init__(self, tz: ZoneInfo) -> None:
-        self._tz = tz
-        self._last: dict[WindowKind, Period] = {}
-
-    def at(self, kind: WindowKind, ts_ms: int) -> Period:
-        last = self._last.get(kind)
-        if last is not None and last.start_ms <= ts_ms < last.end_ms:
-            return last
-        period = period_at(kind, ts_ms, self._tz)
-        self._last[kind] = period
-        return period
+def previous(period: Period, tz: ZoneInfo) -> Period:
+    """The period before `period` (an hour a DST change skips entirely is no period)."""
+    label = _shift(period.kind, _start_local(period.kind, local_of(period.start_ms, tz)), -1)
+    before = _make(period.kind, label, tz)
+    while before.end_ms <= before.start_ms:
+        label = _shift(period.kind, label, -1)
+        before = _make(period.kind, label, tz)
+    return before

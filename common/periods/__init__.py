@@ -1,0 +1,98 @@
+"""Period math shared by the worker (bucketing, expiry, late events, erase) and the API
+(`period=`, `at=`, `trend=1`, `period_expired`), for every window made of periods: calendar
+(calendar.py), fixed-length (fixed.py) and seasons (seasons.py). Computed in the config's zone.
+"""
+
+from __future__ import annotations
+
+from zoneinfo import ZoneInfo
+
+from common.periods import calendar, fixed, seasons
+from common.periods.model import Period
+from common.windows import CALENDAR_KINDS, Window, WindowKind
+
+__all__ = [
+    "Period",
+    "PeriodCache",
+    "expire_at_ms",
+    "parse_period",
+    "period_at",
+    "previous_period",
+    "recent_periods",
+]
+
+
+def _minutes(window: Window) -> int:
+    assert window.minutes is not None
+    return window.minutes
+
+
+def period_at(window: Window, ts_ms: int, tz: ZoneInfo) -> Period | None:
+    """The period of `window` that holds the instant `ts_ms`; None: none (between seasons)."""
+    if window.kind in CALENDAR_KINDS:
+        return calendar.period_at(window.kind, ts_ms, tz)
+    if window.kind is WindowKind.FIXED:
+        return fixed.period_at(_minutes(window), ts_ms, tz)
+    if window.kind is WindowKind.SEASON:
+        return seasons.period_at(window, ts_ms, tz)
+    raise ValueError(f"window {window.name!r} has no periods")
+
+
+def parse_period(window: Window, period_id: str, tz: ZoneInfo) -> Period:
+    """The period named `period_id`; ValueError (its message says why) when there is none."""
+    if window.kind in CALENDAR_KINDS:
+        return calendar.parse_period(window.kind, period_id, tz)
+    if window.kind is WindowKind.FIXED:
+        return fixed.parse_period(_minutes(window), period_id, tz)
+    if window.kind is WindowKind.SEASON:
+        return seasons.parse_period(window, period_id, tz)
+    raise ValueError(f"window {window.name!r} has no periods")
+
+
+def previous_period(window: Window, period: Period, tz: ZoneInfo) -> Period | None:
+    """The period before `period` in the same window (trend=1's prev_rank); None: it is the first."""
+    if window.kind in CALENDAR_KINDS:
+        return calendar.previous(period, tz)
+    if window.kind is WindowKind.FIXED:
+        return fixed.previous(_minutes(window), period, tz)
+    return seasons.previous(window, period, tz)
+
+
+def expire_at_ms(window: Window, period: Period, retention: int, tz: ZoneInfo) -> int:
+    """When the period's keys expire and it stops being readable (404 period_expired)."""
+    if window.kind in CALENDAR_KINDS:
+        return calendar.expire_at_ms(period, retention, tz)
+    if window.kind is WindowKind.FIXED:
+        return fixed.expire_at_ms(_minutes(window), period.id, retention, tz)
+    return seasons.expire_at_ms(window, period, retention, tz)
+
+
+def recent_periods(window: Window, retention: int, now_ms: int, latest_ms: int, tz: ZoneInfo) -> list[Period]:
+    """Every period of `window` that may hold data at `now_ms`: it starts no later than
+    `latest_ms` (the latest accepted event time) and has not expired. Newest first."""
+    if window.kind is WindowKind.SEASON:
+        newest = seasons.latest_at(window, latest_ms, tz)
+    else:
+        newest = period_at(window, latest_ms, tz)
+    out: list[Period] = []
+    while newest is not None and expire_at_ms(window, newest, retention, tz) > now_ms:
+        out.append(newest)
+        newest = previous_period(window, newest, tz)
+    return out
+
+
+class PeriodCache:
+    """Period lookup for a stream of timestamps: consecutive events almost always fall in the
+    period just looked up, so this skips the period math for them."""
+
+    def __init__(self, tz: ZoneInfo) -> None:
+        self._tz = tz
+        self._last: dict[int, Period | None] = {}  # id(window) (the config's, kept for good)
+
+    def at(self, window: Window, ts_ms: int) -> Period | None:
+        last = self._last.get(id(window))
+        if last is not None and last.reusable_for(ts_ms):
+            return last
+        period = period_at(window, ts_ms, self._tz)
+        self._last[id(window)] = period
+        return period

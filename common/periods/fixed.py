@@ -1,0 +1,97 @@
+"""Fixed-length periods (`<N>min`, `<N>h`, N dividing 24 h), aligned to local midnight.
+
+A period is named by its local start, `2026-11-22T13:30`, and holds every instant whose local
+wall-clock time falls in [start, start + N). Where a DST change repeats local times, a period
+whose times repeat is one period spanning both occurrences (as the calendar `hour` does); its
+span then runs to the second occurrence of its end and is not one contiguous stretch when N is
+shorter than the repeat. A local time a DST change skips names no period.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timedelta
+from functools import lru_cache
+from zoneinfo import ZoneInfo
+
+from common.periods.model import Period, epoch_ms, local_of, repeated
+from common.windows import WindowKind
+
+_PATTERN = re.compile(r"^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2})$")
+_MINUTE = timedelta(minutes=1)
+
+
+def _label(start: datetime) -> str:
+    return start.strftime("%Y-%m-%dT%H:%M")
+
+
+def _start_local(minutes: int, local: datetime) -> datetime:
+    midnight = local.replace(hour=0, minute=0, second=0, microsecond=0)
+    into = (local.hour * 60 + local.minute) // minutes * minutes
+    return midnight + timedelta(minutes=into)
+
+
+def _make(minutes: int, start: datetime, tz: ZoneInfo) -> Period:
+    end = start + timedelta(minutes=minutes)
+    # the last local minute of the period repeated: the period runs to its end's second occurrence
+    end_ms = epoch_ms(end, tz, fold=1 if repeated(end - _MINUTE, tz) else 0)
+    start_ms = epoch_ms(start, tz)
+    period = Period(WindowKind.FIXED, _label(start), start_ms, end_ms)
+    if end_ms - start_ms == minutes * 60_000:  # one contiguous span: reusable over all of it
+        return Period(period.kind, period.id, start_ms, end_ms, start_ms, end_ms)
+    return period
+
+
+def _exists(minutes: int, start: datetime, tz: ZoneInfo) -> bool:
+    """Some instant reads a local time in [start, start + N)."""
+    return (
+        _start_local(minutes, local_of(epoch_ms(start, tz), tz)) == start
+        or _start_local(
+            minutes, local_of(epoch_ms(start + timedelta(minutes=minutes) - _MINUTE, tz, fold=1), tz)
+        )
+        == start
+    )
+
+
+def period_at(minutes: int, ts_ms: int, tz: ZoneInfo) -> Period:
+    period = _make(minutes, _start_local(minutes, local_of(ts_ms, tz)), tz)
+    if period.reuse_until:
+        return period
+    return Period(period.kind, period.id, period.start_ms, period.end_ms, ts_ms, ts_ms + 1)
+
+
+def parse_period(minutes: int, period_id: str, tz: ZoneInfo) -> Period:
+    match = _PATTERN.match(period_id)
+    what = f"{period_id!r} is not a {minutes}-minute period id (YYYY-MM-DDTHH:MM)"
+    if match is None:
+        raise ValueError(what)
+    try:
+        year, month, day, hour, minute = (int(part) for part in match.groups())
+        start = datetime(year, month, day, hour, minute)
+    except ValueError:
+        raise ValueError(what) from None
+    if (start.hour * 60 + start.minute) % minutes:
+        reason = "they start at local midnight, every"
+        raise ValueError(f"{period_id!r} does not start a period ({reason} {minutes} minutes)")
+    if not _exists(minutes, start, tz):
+        raise ValueError(f"{period_id!r} names local times that a daylight-saving change skips in {tz.key}")
+    return _make(minutes, start, tz)
+
+
+def previous(minutes: int, period: Period, tz: ZoneInfo) -> Period:
+    label = datetime.strptime(period.id, "%Y-%m-%dT%H:%M") - timedelta(minutes=minutes)
+    while not _exists(minutes, label, tz):
+        label -= timedelta(minutes=minutes)
+    return _make(minutes, label, tz)
+
+
+@lru_cache(maxsize=4096)
+def expire_at_ms(minutes: int, period_id: str, retention: int, tz: ZoneInfo) -> int:
+    """The start of the period `retention` after it, counting only periods that exist."""
+    label, counted = datetime.strptime(period_id, "%Y-%m-%dT%H:%M"), 0
+    step = timedelta(minutes=minutes)
+    while counted < retention:
+        label += step
+        if _exists(minutes, label, tz):
+            counted += 1
+    return epoch_ms(label, tz)

@@ -1,0 +1,98 @@
+"""Seasons: the `season` window's periods.
+
+Named seasons have explicit start and end instants (the config lists them in time order, without
+overlap; between two seasons no season is open). A rule makes season k run `every_days` local
+days from local midnight of `anchor + k * every_days`, named `<anchor>+<k>` (k >= 0).
+
+A season is kept `retention` times its own length from its start (retention 1: until it ends),
+as a calendar period is kept until the start of the period `retention` after it.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+from datetime import datetime, timedelta
+from zoneinfo import ZoneInfo
+
+from common.periods.model import Period, contiguous, epoch_ms, local_of
+from common.windows import Season, SeasonRule, Window, WindowKind
+
+_RULE_ID = re.compile(r"^(\d{4}-\d{2}-\d{2})\+(\d{1,9})$")
+
+
+def _named(season: Season) -> Period:
+    return contiguous(Period(WindowKind.SEASON, season.name, season.start_ms, season.end_ms))
+
+
+def _ruled(rule: SeasonRule, k: int, tz: ZoneInfo) -> Period:
+    start = datetime.combine(rule.anchor + timedelta(days=k * rule.every_days), datetime.min.time())
+    end = start + timedelta(days=rule.every_days)
+    name = f"{rule.anchor.isoformat()}+{k}"
+    return contiguous(Period(WindowKind.SEASON, name, epoch_ms(start, tz), epoch_ms(end, tz)))
+
+
+def season_index(rule: SeasonRule, ts_ms: int, tz: ZoneInfo) -> int:
+    """k of the season holding the local date of `ts_ms` (negative before the anchor)."""
+    days = (local_of(ts_ms, tz).date() - rule.anchor).days
+    return days // rule.every_days
+
+
+def period_at(window: Window, ts_ms: int, tz: ZoneInfo) -> Period | None:
+    """The season open at `ts_ms`; None between seasons (or before the first)."""
+    if window.rule is not None:
+        k = season_index(window.rule, ts_ms, tz)
+        if k < 0:
+            return None
+        return _ruled(window.rule, k, tz)
+    starts = [season.start_ms for season in window.seasons]
+    at = bisect.bisect_right(starts, ts_ms) - 1
+    if at < 0 or ts_ms >= window.seasons[at].end_ms:
+        return None
+    return _named(window.seasons[at])
+
+
+def latest_at(window: Window, ts_ms: int, tz: ZoneInfo) -> Period | None:
+    """The last season that started at or before `ts_ms` (open or not)."""
+    if window.rule is not None:
+        k = season_index(window.rule, ts_ms, tz)
+        return None if k < 0 else _ruled(window.rule, k, tz)
+    at = bisect.bisect_right([season.start_ms for season in window.seasons], ts_ms) - 1
+    return None if at < 0 else _named(window.seasons[at])
+
+
+def parse_period(window: Window, period_id: str, tz: ZoneInfo) -> Period:
+    if window.rule is not None:
+        match = _RULE_ID.match(period_id)
+        anchor = window.rule.anchor.isoformat()
+        if match is None or match[1] != anchor:
+            raise ValueError(f"{period_id!r} is not a season id ({anchor}+<k>)")
+        try:
+            return _ruled(window.rule, int(match[2]), tz)
+        except (ValueError, OverflowError):
+            raise ValueError(f"{period_id!r} lies beyond the calendar") from None
+    for season in window.seasons:
+        if season.name == period_id:
+            return _named(season)
+    names = ", ".join(season.name for season in window.seasons)
+    raise ValueError(f"{period_id!r} is not a season of this board type ({names})")
+
+
+def previous(window: Window, period: Period, tz: ZoneInfo) -> Period | None:
+    if window.rule is not None:
+        match = _RULE_ID.match(period.id)
+        assert match is not None
+        k = int(match[2])
+        return None if k == 0 else _ruled(window.rule, k - 1, tz)
+    names = [season.name for season in window.seasons]
+    at = names.index(period.id)
+    return None if at == 0 else _named(window.seasons[at - 1])
+
+
+def expire_at_ms(window: Window, period: Period, retention: int, tz: ZoneInfo) -> int:
+    if window.rule is not None:
+        match = _RULE_ID.match(period.id)
+        assert match is not None
+        last = _ruled(window.rule, int(match[2]) + retention - 1, tz)
+        return last.end_ms
+    return period.start_ms + retention * (period.end_ms - period.start_ms)
