@@ -18,7 +18,8 @@ from zoneinfo import ZoneInfo
 from common.periods.model import Period, contiguous, epoch_ms, local_of
 from common.windows import Season, SeasonRule, Window, WindowKind
 
-_RULE_ID = re.compile(r"^(\d{4}-\d{2}-\d{2})\+(\d{1,9})$")
+# `+` unescaped in a URL's query reads as a space: `period=2026-01-05+3` names season 3 either way
+_RULE_ID = re.compile(r"^(\d{4}-\d{2}-\d{2})[+ ](\d{1,9})$")
 
 
 def _named(season: Season) -> Period:

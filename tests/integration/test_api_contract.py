@@ -46,7 +46,7 @@ def fill(settings: Settings, client: redis.Redis) -> None:
     now = int(time.time() * 1000)
     events = []
     for i, member in enumerate(MEMBERS):
-        for board in ("gift:room42", "gift:room7", "coins:global", "level:season3"):
+        for board in ("gift:room42", "gift:room7", "coins:global", "level:season3", "live:x"):
             meta = orjson.dumps({"name": member.upper()}) if i % 3 == 0 else None
             event = UpdateEvent(
                 f"{board}-{i}", board, board.split(":")[0], member, Op.INCR, float(i % 7), None, meta
@@ -105,9 +105,10 @@ def test_every_answer_conforms_to_the_spec(api_server, tmp_path):
     _, spec = _get(f"{api_server}/openapi.json")
     # steer generation onto real boards and members, so it reaches the ranking code, not 404s
     params = spec["components"]["parameters"]
-    params["board"]["schema"] = {"type": "string", "enum": ["gift:room42", "coins:global", "level:season3"]}
+    boards = ["gift:room42", "coins:global", "level:season3", "live:x"]
+    params["board"]["schema"] = {"type": "string", "enum": boards}
     params["member"]["schema"] = {"type": "string", "enum": [*MEMBERS[:5], "ghost"]}
-    params["window"]["schema"] = {"type": "string", "enum": ["total", "day", "hour"]}
+    params["window"]["schema"] = {"type": "string", "enum": ["total", "day", "hour", "30min", "season"]}
     path = tmp_path / "spec.json"
     path.write_bytes(orjson.dumps(spec))
     checks = "not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance"
@@ -136,6 +137,18 @@ def test_every_answer_conforms_to_the_spec(api_server, tmp_path):
         ("/v1/boards/gift:room42/top?window=day&period=2026-02-30", 400, "bad_period"),
         ("/v1/boards/gift:room42/top?window=week&period=2026-W99", 400, "bad_period"),
         ("/v1/boards/gift:room42/top?window=fortnight", 400, "bad_window"),
+        ("/v1/boards/gift:room42/top?trend=1", 400, "bad_parameter"),
+        ("/v1/boards/gift:room42/top?window=day&trend=yes", 400, "bad_parameter"),
+        ("/v1/boards/gift:room42/top?window=day&period=2020-01-01", 404, "period_expired"),
+        ("/v1/boards/gift:room42/members/u1?window=month&period=2024-01&trend=1", 404, "period_expired"),
+        ("/v1/boards/live:x/top?window=30min&period=2026-11-22T13:15", 400, "bad_period"),
+        ("/v1/boards/live:x/top?window=season&period=2026-01-06%2B1", 400, "bad_period"),
+        (
+            "/v1/boards/live:x/top?window=season&period=2026-01-05+1",
+            404,
+            "period_expired",
+        ),  # "+" unescaped reads as a space: parsed all the same
+        ("/v1/boards/live:x/top?window=season&at=946684800000", 404, "no_period"),
         ("/v1/boards/gift:room42/top?order=sideways", 400, "bad_parameter"),
         ("/v1/boards/gift:room42/top?ties=dense", 400, "bad_parameter"),
         ("/v1/boards/gift:room42/top?at=-5&window=day", 400, "bad_parameter"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from datetime import date
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
@@ -23,6 +24,7 @@ from common.boards import (
 )
 from common.errors import ConfigError
 from common.store.encoding import window_bits
+from common.windows import Season, SeasonRule
 
 CONTRACT_EXAMPLE = """\
 timezone: Asia/Shanghai          # period boundaries are computed in this zone
@@ -338,6 +340,46 @@ BAD_CONFIGS: list[tuple[str, str, str, str]] = [
         "types.gift.score_range",
         "exact up to +/-(2^53 - 1)",
     ),
+    ("fixed length not dividing a day", "types: {g: {windows: [7min]}}", "types.g.windows[0]", "divide 24 h"),
+    ("season without seasons", "types: {g: {windows: [season]}}", "types.g.windows[0]", "needs the type's"),
+    (
+        "seasons without the season window",
+        "types: {g: {windows: [total], seasons: {every_days: 7, anchor: 2027-01-04}}}",
+        "types.g.seasons",
+        "'season' is not in windows",
+    ),
+    (
+        "overlapping seasons",
+        "types: {g: {windows: [season], seasons: [{name: a, start: '2027-01-01', end: '2027-02-01'}, "
+        "{name: b, start: '2027-01-15', end: '2027-03-01'}]}}",
+        "types.g.seasons[1]",
+        "starts before 'a' ends",
+    ),
+    (
+        "season ending before it starts",
+        "types: {g: {windows: [season], seasons: [{name: a, start: '2027-02-01', end: '2027-01-01'}]}}",
+        "types.g.seasons[0]",
+        "must start before it ends",
+    ),
+    (
+        "bad season name",
+        "types: {g: {windows: [season], seasons: [{name: 'a b', start: '2027-01-01', end: '2027-02-01'}]}}",
+        "types.g.seasons[0].name",
+        "1-64 characters",
+    ),
+    (
+        "bad anchor",
+        "types: {g: {windows: [season], seasons: {every_days: 7, anchor: soon}}}",
+        "types.g.seasons",
+        "anchor must be a date",
+    ),
+    ("bad ends_at", "types: {g: {ends_at: tomorrow}}", "types.g.ends_at", "not an ISO 8601 date-time"),
+    (
+        "fixed retention too long",
+        "types: {g: {windows: [30min], retention: {30min: 20000}}}",
+        "types.g.retention.30min",
+        "at most 19200 periods",
+    ),
     (
         "score_range leaves no room for the tie",
         "types: {gift: {windows: [total, day, month], score_range: [0, 2097152]}}",
@@ -418,3 +460,27 @@ def test_file_that_is_not_utf8_is_a_config_error(tmp_path: Path) -> None:
 
     with pytest.raises(ConfigError, match="not UTF-8"):
         load_boards(path)
+
+
+def test_fixed_length_windows_seasons_and_activity_end() -> None:
+    config = parse_boards(
+        "timezone: Asia/Shanghai\n"
+        "types:\n"
+        "  live:\n"
+        "    windows: [total, 30min, 2h, season]\n"
+        "    retention: {30min: 96}\n"
+        "    seasons: [{name: s1, start: '2027-01-01T00:00', end: 2027-02-01T00:00:00+08:00}]\n"
+        "    ends_at: '2027-01-20T22:00:00Z'\n"
+        "  ladder: {windows: [season], seasons: {every_days: 28, anchor: 2027-01-04}}\n"
+    )
+    live = config.types["live"]
+    assert [(w.name, w.kind, w.minutes) for w in live.windows[1:3]] == [
+        ("30min", WindowKind.FIXED, 30),
+        ("2h", WindowKind.FIXED, 120),
+    ]
+    # 96 declared; 2h keeps 3 days of periods by default; seasons 4
+    assert dict(live.retention) == {"30min": 96, "2h": 36, "season": 4}
+    start = 1_798_732_800_000  # 2027-01-01T00:00+08:00: an instant without offset is local time
+    assert live.window("season").seasons == (Season("s1", start, start + 31 * 86_400_000),)
+    assert live.ends_at_ms == 1_800_482_400_000
+    assert config.types["ladder"].window("season").rule == SeasonRule(28, date(2027, 1, 4))
