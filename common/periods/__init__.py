@@ -59,12 +59,16 @@ def previous_period(window: Window, period: Period, tz: ZoneInfo) -> Period | No
 
 
 def expire_at_ms(window: Window, period: Period, retention: int, tz: ZoneInfo) -> int:
-    """When the period's keys expire and it stops being readable (404 period_expired)."""
+    """When the period's keys expire and it stops being readable (404 period_expired): never
+    before it ends (a 30min period whose local times a DST change repeats ends after the next
+    one starts)."""
     if window.kind in CALENDAR_KINDS:
-        return calendar.expire_at_ms(period, retention, tz)
-    if window.kind is WindowKind.FIXED:
-        return fixed.expire_at_ms(_minutes(window), period.id, retention, tz)
-    return seasons.expire_at_ms(window, period, retention, tz)
+        expire = calendar.expire_at_ms(period, retention, tz)
+    elif window.kind is WindowKind.FIXED:
+        expire = fixed.expire_at_ms(_minutes(window), period.id, retention, tz)
+    else:
+        expire = seasons.expire_at_ms(window, period, retention, tz)
+    return max(expire, period.end_ms)
 
 
 def recent_periods(window: Window, retention: int, now_ms: int, latest_ms: int, tz: ZoneInfo) -> list[Period]:

@@ -11,7 +11,7 @@ import re
 from datetime import date, datetime, timedelta
 from zoneinfo import ZoneInfo
 
-from common.periods.model import Period, contiguous, epoch_ms, local_of
+from common.periods.model import Period, epoch_ms, local_of, local_period
 from common.windows import WindowKind
 
 _HOUR = timedelta(hours=1)
@@ -67,7 +67,7 @@ def _label(kind: WindowKind, start: datetime) -> str:
 
 def _make(kind: WindowKind, start: datetime, tz: ZoneInfo) -> Period:
     end = _shift(kind, start, 1)
-    return contiguous(Period(kind, _label(kind, start), epoch_ms(start, tz), epoch_ms(end, tz)))
+    return local_period(kind, _label(kind, start), start, end, tz)
 
 
 def period_at(kind: WindowKind, ts_ms: int, tz: ZoneInfo) -> Period:

@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from functools import lru_cache
 from zoneinfo import ZoneInfo
 
-from common.periods.model import Period, epoch_ms, local_of, repeated
+from common.periods.model import Period, epoch_ms, local_of, local_period
 from common.windows import WindowKind
 
 _PATTERN = re.compile(r"^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2})$")
@@ -32,14 +32,7 @@ def _start_local(minutes: int, local: datetime) -> datetime:
 
 
 def _make(minutes: int, start: datetime, tz: ZoneInfo) -> Period:
-    end = start + timedelta(minutes=minutes)
-    # the last local minute of the period repeated: the period runs to its end's second occurrence
-    end_ms = epoch_ms(end, tz, fold=1 if repeated(end - _MINUTE, tz) else 0)
-    start_ms = epoch_ms(start, tz)
-    period = Period(WindowKind.FIXED, _label(start), start_ms, end_ms)
-    if end_ms - start_ms == minutes * 60_000:  # one contiguous span: reusable over all of it
-        return Period(period.kind, period.id, start_ms, end_ms, start_ms, end_ms)
-    return period
+    return local_period(WindowKind.FIXED, _label(start), start, start + timedelta(minutes=minutes), tz)
 
 
 def _exists(minutes: int, start: datetime, tz: ZoneInfo) -> bool:
@@ -54,10 +47,7 @@ def _exists(minutes: int, start: datetime, tz: ZoneInfo) -> bool:
 
 
 def period_at(minutes: int, ts_ms: int, tz: ZoneInfo) -> Period:
-    period = _make(minutes, _start_local(minutes, local_of(ts_ms, tz)), tz)
-    if period.reuse_until:
-        return period
-    return Period(period.kind, period.id, period.start_ms, period.end_ms, ts_ms, ts_ms + 1)
+    return _make(minutes, _start_local(minutes, local_of(ts_ms, tz)), tz)
 
 
 def parse_period(minutes: int, period_id: str, tz: ZoneInfo) -> Period:
