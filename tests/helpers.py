@@ -22,6 +22,7 @@ from confluent_kafka import Consumer, Message, Producer
 
 from api.app import create_app
 from common.boards import load_boards
+from common.clock import Clock, system_ms
 from common.settings import Settings
 from rankstream.stack import free_port
 from tests.oracle import BOARDS, RANGED_BOARDS, Model
@@ -33,9 +34,10 @@ from worker.metrics import WorkerMetrics
 
 
 @contextmanager
-def running_worker(settings: Settings) -> Iterator[WorkerLoop]:
-    """The real worker loop (same wiring as `rankstream worker`) in a thread."""
-    loop, client = build_loop(settings, WorkerMetrics())
+def running_worker(settings: Settings, clock: Clock = system_ms) -> Iterator[WorkerLoop]:
+    """The real worker loop (same wiring as `rankstream worker`) in a thread; `clock`: the
+    service's clock (a test's simulated one)."""
+    loop, client = build_loop(settings, WorkerMetrics(), clock)
     thread = threading.Thread(target=loop.run, name="worker", daemon=True)
     thread.start()
     try:

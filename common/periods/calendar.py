@@ -89,9 +89,12 @@ def parse_period(kind: WindowKind, period_id: str, tz: ZoneInfo) -> Period:
             fields = [*parts, *(1, 1, 0)[len(parts) - 1 :]]  # missing month/day -> 1, hour -> 0
             start = datetime(fields[0], fields[1], fields[2], fields[3])
         # the period after the last one of year 9999 does not exist: OverflowError/ValueError
-        return _make(kind, start, tz)
+        period = _make(kind, start, tz)
     except (ValueError, OverflowError):
         raise ValueError(f"{period_id!r} is not a {kind} period id") from None
+    if period.end_ms <= period.start_ms:
+        raise ValueError(f"{period_id!r} names local times that a daylight-saving change skips in {tz.key}")
+    return period
 
 
 def expire_at_ms(period: Period, retention: int, tz: ZoneInfo) -> int:
