@@ -67,16 +67,27 @@ class HotBoard:
             self.marker = max(self.marker, record.seq)
             return
         window = self.window(record.instance)
-        if record.kind is Kind.DELETED:
-            if window.delete(record.member, record.seq):
+        if record.kind is Kind.RESET:
+            if window.reset(record.seq):
                 self.version += 1
-                self.meta.pop(record.member, None)
-        elif window.put(record.member, record.score, record.tie_ms, record.seq):
+                self._drop_orphan_meta()
+            return
+        if record.kind is Kind.DELETED:
+            changed = window.delete(record.member, record.seq)
+        else:
+            changed = window.put(record.member, record.score, record.tie_ms, record.seq)
+        if changed:  # every member record carries the board's meta of the member (Redis' own)
             self.version += 1
             if record.meta:
                 self.meta[record.member] = record.meta
             else:
                 self.meta.pop(record.member, None)
+
+    def _drop_orphan_meta(self) -> None:
+        """The meta of members no window holds any more (after a reset): reads never show it,
+        and a member that comes back brings its meta along in its state record."""
+        windows = list(self.instances.values())
+        self.meta = {m: meta for m, meta in self.meta.items() if any(m in window for window in windows)}
 
     def progress(self, started: float) -> dict[str, object]:
         return {

@@ -33,7 +33,7 @@ _U64 = struct.Struct(">Q")
 class HotWindow:
     """Members of one window instance, in the board's order (best first)."""
 
-    __slots__ = ("_desc", "_keys", "_list", "_mode", "_tombs", "loading")
+    __slots__ = ("_desc", "_floor", "_keys", "_list", "_mode", "_tombs", "loading")
 
     def __init__(self, desc: bool, mode: TieMode) -> None:
         self._desc = desc
@@ -41,6 +41,7 @@ class HotWindow:
         self._keys: dict[str, bytes] = {}
         self._list: SortedList = SortedList()
         self._tombs: dict[str, int] = {}  # deleted member -> seq of the delete (rejects older states)
+        self._floor = -1  # the seq of the window's latest reset: states and deletes up to it are void
         self.loading = True  # while replaying: the dict only; the sorted list is built once at the end
 
     def _key(self, member: str, score: float, tie: int, seq: int) -> bytes:
@@ -66,12 +67,17 @@ class HotWindow:
     def __len__(self) -> int:
         return len(self._keys)
 
+    def __contains__(self, member: object) -> bool:
+        return member in self._keys
+
     def seq_of(self, member: str) -> int:
         key = self._keys.get(member)
-        return self._seq(key) if key is not None else self._tombs.get(member, -1)
+        return self._seq(key) if key is not None else self._tombs.get(member, self._floor)
 
     def put(self, member: str, score: float, tie: int, seq: int) -> bool:
         """Set a member's state unless a newer one is known; True if applied."""
+        if seq <= self._floor:
+            return False
         old = self._keys.get(member)
         if (self._seq(old) if old is not None else self._tombs.get(member, -1)) > seq:
             return False
@@ -85,6 +91,8 @@ class HotWindow:
         return True
 
     def delete(self, member: str, seq: int) -> bool:
+        if seq <= self._floor:
+            return False
         old = self._keys.get(member)
         if (self._seq(old) if old is not None else self._tombs.get(member, -1)) > seq:
             return False
@@ -93,6 +101,21 @@ class HotWindow:
             if not self.loading:
                 self._list.remove(old)
         self._tombs[member] = seq
+        return True
+
+    def reset(self, seq: int) -> bool:
+        """The window was emptied at `seq` (`rankstream reset`): what is known up to it goes, and
+        states or deletes up to it that arrive later are refused; newer ones (a replay meets
+        records in any order) stay. True if it changed anything."""
+        if seq <= self._floor:
+            return False
+        self._floor = seq
+        gone = [member for member, key in self._keys.items() if self._seq(key) <= seq]
+        for member in gone:
+            del self._keys[member]
+        self._tombs = {member: at for member, at in self._tombs.items() if at > seq}
+        if gone and not self.loading:
+            self._list = SortedList(self._keys.values())  # rare: one sort beats many removals
         return True
 
     def finish_loading(self) -> None:

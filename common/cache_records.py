@@ -1,11 +1,14 @@
 """The update_cache wire format, written by the worker and replayed by API nodes.
 
-Key: `<board>\\0<instance>\\0<member>` for a member's state, `<board>\\0` for the board's seq
-marker, so compaction keeps the latest record of each. Every record of a board goes to
+Key: `<board>\\0<instance>\\0<member>` for a member's state, `<board>\\0<instance>\\0` for an
+instance's latest reset (`rankstream reset`), `<board>\\0` for the board's seq marker, so
+compaction keeps the latest record of each. Every record of a board goes to
 partition crc32(board) % partitions, so a node replays one partition per hot board.
-Value: a fixed header (kind, score, tie ms, seq) and, for a state, the member's meta JSON.
+Value: a fixed header (kind, score, tie ms, seq) and, for a state or an absence, the member's
+meta JSON (the board's, as Redis holds it after that seq).
 States are absolute: replaying them is idempotent, and the higher seq wins whatever order
-they arrive in, so a backfill and live updates can interleave safely.
+they arrive in, so a backfill and live updates can interleave safely. A reset says the instance
+was empty at its seq: states and deletes at or before it are void, whenever they arrive.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ class Kind(IntEnum):
     STATE = 1
     DELETED = 2
     MARKER = 3  # the board's seq: every change up to it is on the topic
+    RESET = 4  # the instance was emptied at this seq (its member is "")
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,7 +33,7 @@ class Record:
     kind: Kind
     board: str
     instance: str  # "" for a marker
-    member: str  # "" for a marker
+    member: str  # "" for a marker and a reset
     score: float
     tie_ms: int
     seq: int
@@ -47,8 +51,17 @@ def state_record(
     return key, _HEADER.pack(Kind.STATE, score, tie_ms, seq) + (meta or b"")
 
 
-def deleted_record(board: str, instance: str, member: str, seq: int) -> tuple[bytes, bytes]:
-    return f"{board}\0{instance}\0{member}".encode(), _HEADER.pack(Kind.DELETED, 0.0, 0, seq)
+def deleted_record(
+    board: str, instance: str, member: str, seq: int, meta: bytes | None = None
+) -> tuple[bytes, bytes]:
+    """The member is absent from the instance; `meta` is its meta on the board all the same (a
+    delete drops it; a member absent from one instance may keep it for the others)."""
+    key = f"{board}\0{instance}\0{member}".encode()
+    return key, _HEADER.pack(Kind.DELETED, 0.0, 0, seq) + (meta or b"")
+
+
+def reset_record(board: str, instance: str, seq: int) -> tuple[bytes, bytes]:
+    return f"{board}\0{instance}\0".encode(), _HEADER.pack(Kind.RESET, 0.0, 0, seq)
 
 
 def marker_record(board: str, seq: int) -> tuple[bytes, bytes]:

@@ -71,6 +71,7 @@ class Reason(StrEnum):
     TS_OUT_OF_RANGE = "ts_out_of_range"
     META_TOO_LARGE = "meta_too_large"
     BOARD_CLOSED = "board_closed"  # its board type's activity ended (ts at or after the end, or late)
+    BAD_CONTROL = "bad_control"  # an erase or reset message (common/control.py) that can't be applied
     INTERNAL_ERROR = "internal_error"  # processing raised: the message is dead-lettered, never retried
 
 
@@ -82,6 +83,13 @@ class Op(StrEnum):
     # not an event op: the worker's note to apply.lua that an event's processing raised
     # (worker/apply.py); never parsed from a message
     FAILED_MARKER = "x"
+    # control ops: `rankstream erase` and `rankstream reset` (common/control.py), parsed from a
+    # message with the control header only, never from an event
+    ERASE = "erase"
+    RESET = "reset"
+
+
+CONTROL_OPS = frozenset({Op.ERASE, Op.RESET})
 
 
 class UpdateEvent(NamedTuple):
@@ -154,7 +162,7 @@ def _rejected(reason: Reason, message: str) -> ParseResult:
 
 _FIELDS = frozenset({"id", "board", "member", "op", "score", "ts", "meta"})
 _REQUIRED = ("id", "board", "member")
-_OPS = {op.value: op for op in Op if op is not Op.FAILED_MARKER}
+_OPS = {op.value: op for op in (Op.INCR, Op.SET, Op.BEST, Op.DELETE)}  # an event's; internal ones never
 _I64_MIN, _U64_MAX = -(2**63), 2**64 - 1
 # C0, DEL and C1 controls, plus the line separators and bidi overrides that break or reorder the
 # lines a leaderboard UI prints; other format characters (the emoji joiner U+200D) stay allowed.
@@ -202,6 +210,16 @@ def _parse_event(
         ts=_checked_ts(fields.get("ts"), index, max_ts_ms),
         meta=None if meta is None else _serialized_meta(meta, index),
     )
+
+
+def member_problem(member: str) -> str | None:
+    """What makes `member` invalid (None: nothing), as `_parse_event` checks it inline."""
+    if not 1 <= len(member) <= MAX_MEMBER_LEN:
+        return f"member must be 1-{MAX_MEMBER_LEN} characters, got {len(member)}"
+    control = _CONTROL_RE.search(member)
+    if control is not None:
+        return f"member contains the control character U+{ord(control[0]):04X}"
+    return None
 
 
 def _check_shape(fields: dict[str, Any], index: int | None) -> None:

@@ -3,6 +3,7 @@ so it can be unit-tested with a stub; everything crossing Kafka is also tested f
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 
@@ -14,6 +15,7 @@ class MessageLike(Protocol):
     def value(self) -> bytes | None: ...
     def timestamp(self) -> tuple[int, int]: ...
     def error(self) -> Any: ...
+    def headers(self) -> Sequence[tuple[str, bytes | None]] | None: ...
 
 
 def consume_available(consumer: Any, max_messages: int, timeout: float) -> list[Any]:

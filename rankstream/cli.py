@@ -91,6 +91,29 @@ def _accept_redis(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def _erase(args: argparse.Namespace, settings: Settings) -> int:
+    from rankstream.admin import NotAppliedError, erase
+
+    try:
+        print(erase(settings, args.board, args.member, None if args.no_wait else args.timeout))
+    except NotAppliedError as exc:
+        print(f"rankstream: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _reset(args: argparse.Namespace, settings: Settings) -> int:
+    from rankstream.admin import NotAppliedError, reset
+
+    wait_s = None if args.no_wait else args.timeout
+    try:
+        print(reset(settings, args.board, args.window, args.period, wait_s))
+    except NotAppliedError as exc:
+        print(f"rankstream: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def _api_url(args: argparse.Namespace, settings: Settings) -> str:
     return str(args.api or f"http://127.0.0.1:{settings.api_port}")
 
@@ -129,6 +152,28 @@ def build_parser() -> argparse.ArgumentParser:
         "accept-redis",
         help="start from what Redis holds now (e.g. empty after a loss): unblocks the workers",
     ).set_defaults(func=_accept_redis)
+
+    erase = sub.add_parser(
+        "erase", help="remove a member from every window of a board, and its meta (through the worker)"
+    )
+    erase.add_argument("board")
+    erase.add_argument("member")
+    reset = sub.add_parser(
+        "reset", help="empty a board, one window of it (--window) or one period (--window --period)"
+    )
+    reset.add_argument("board")
+    reset.add_argument("--window", default=None, help="only this window (total, day, ...)")
+    reset.add_argument("--period", default=None, help="only this period of --window (e.g. 2026-11-22)")
+    for p in (erase, reset):
+        p.add_argument("--no-wait", action="store_true", help="return once Kafka has the message")
+        p.add_argument(
+            "--timeout",
+            type=float,
+            default=60.0,
+            help="seconds to wait for the worker (default 60)",
+        )
+    erase.set_defaults(func=_erase)
+    reset.set_defaults(func=_reset)
 
     stack = sub.add_parser("stack", help="local Kafka + Redis without Docker (prepare | up | down | status)")
     stack.add_argument("action", choices=["prepare", "up", "down", "status"])

@@ -1,6 +1,7 @@
 """Applies validated events to Redis: one apply.lua call per board chunk, all chunks of a
 batch in one pipelined round trip. Each event carries its position (source partition, offset,
-array index) for the board's offset fence, and its id fingerprint for the id window."""
+array index) for the board's offset fence, and its id fingerprint for the id window. An erase or
+reset (common/control.py) gets a call of its own, holding every instance it touches."""
 
 from __future__ import annotations
 
@@ -13,10 +14,11 @@ from typing import NamedTuple
 import redis
 
 from common.boards import BoardsConfig, BoardType, WindowKind
+from common.control import parse_selector
 from common.errors import InfrastructureError
-from common.events import Op, UpdateEvent
+from common.events import CONTROL_OPS, Op, UpdateEvent, ts_ceiling
 from common.idwindow import LISTPACK_CAP, fingerprint
-from common.periods import PeriodCache, expire_at_ms
+from common.periods import PeriodCache, expire_at_ms, parse_period, recent_periods
 from common.store.apply import (
     ApplyEvent,
     ApplyReply,
@@ -32,7 +34,7 @@ from worker.faults import is_infrastructure
 
 _log = logging.getLogger(__name__)
 MAX_EVENTS_PER_CALL = 500  # bounds the time one script blocks Redis
-MAX_INSTANCES_PER_CALL = 48  # the window mask is a Lua double: 53 exact bits
+MAX_INSTANCES_PER_CALL = 48  # the window mask is a Lua double: 53 exact bits (control ops excepted)
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +85,9 @@ class Outcome(NamedTuple):  # one per event: a tuple is the cheapest immutable r
     late_windows: int  # calendar windows skipped because their period closed beyond late_grace
     meta: bytes | None = None  # the member's meta after the event; only filled for hot boards
     failed_as: str | None = None  # FAILED: the error class its first delivery raised
+    # a RESET on a hot board: instance -> the seq of its latest reset (this one, or for a
+    # redelivery the one Redis remembers), what hot nodes empty their memory of it up to
+    resets: dict[str, int] | None = None
 
 
 _FOREVER = 2**62
@@ -123,6 +128,9 @@ class _Chunk:
 
     board: str
     board_type: BoardType
+    # an erase or reset: alone in its call, which holds every instance it touches (more than
+    # MAX_INSTANCES_PER_CALL may be: apply.lua ignores a control op's mask)
+    control: bool = False
     instances: dict[str, tuple[int, Instance]] = field(default_factory=dict)  # name -> (bit, instance)
     events: list[_Entry] = field(default_factory=list)
     sources: dict[str, tuple[int, Source]] = field(default_factory=dict)  # field -> (number, source)
@@ -130,8 +138,8 @@ class _Chunk:
     # memo), so their mask is computed once; holding `pairs` keeps its id from being reused
     _masks: dict[int, tuple[list[Instance], int, tuple[str, ...]]] = field(default_factory=dict)
 
-    def fits(self, pairs: list[Instance]) -> bool:
-        if len(self.events) >= MAX_EVENTS_PER_CALL:
+    def fits(self, pairs: list[Instance], control: bool = False) -> bool:
+        if self.control or control or len(self.events) >= MAX_EVENTS_PER_CALL:
             return False
         if id(pairs) in self._masks:
             return True
@@ -193,6 +201,9 @@ class Applier:
         # new general window instances get a tie index; off (RANKSTREAM_TIE_INDEX) and while
         # adopting, a state hash, which workers of earlier releases also read and write
         self.tie_index = True
+        # the latest accepted event time is now plus this (common/events.py): the newest period
+        # an erase or reset must reach
+        self.max_future_skew_s = 86_400
         self._periods = PeriodCache(boards.timezone)
         self._slot_cache: dict[str, _Slots] = {}
         self._script = ApplyScript()
@@ -239,6 +250,32 @@ class Applier:
             known = memo[id(slots)] = (slots, out, len(slots.slots) - len(out))
         return known[1], known[2]
 
+    def _control_instances(self, board_type: BoardType, event: UpdateEvent, now: int) -> list[Instance]:
+        """What an erase or reset touches: an erase and a whole-board reset every instance that
+        may hold data now (total, and each period that has not expired and starts no later than
+        the latest accepted event time), a window's reset that window's, a period's that one."""
+        window_name, period_id = (None, None) if event.op is Op.ERASE else parse_selector(event.member)
+        tz = self._boards.timezone
+        latest = ts_ceiling(self.max_future_skew_s, now)
+        out: list[Instance] = []
+        for window in board_type.windows:
+            if window_name is not None and window.name != window_name:
+                continue
+            if window.kind is WindowKind.TOTAL:
+                out.append(Instance(TOTAL_INSTANCE, 0, window_packing(board_type, window, 0)))
+            elif window.periodic:
+                retention = board_type.retention[window.name]
+                periods = (
+                    recent_periods(window, retention, now, latest, tz)
+                    if period_id is None
+                    else [parse_period(window, period_id, tz)]
+                )
+                for period in periods:
+                    expire = expire_at_ms(window, period, retention, tz)
+                    packing = window_packing(board_type, window, period.start_ms)
+                    out.append(Instance(window_instance(window.name, period.id), expire, packing))
+        return out
+
     def _chunks(
         self,
         events: Sequence[tuple[UpdateEvent, int]],
@@ -254,15 +291,20 @@ class Applier:
             try:
                 board_type = self._boards.type_for(event.board_type)
                 assert board_type is not None  # the parser resolved it
-                ends = board_type.ends_at_ms
-                closed = ends is not None and (ts >= ends or now >= ends + board_type.late_grace_ms)
-                pairs, late = (_NOWHERE, 0) if closed else self._instances(board_type, ts, now, memo)
+                control = event.op in CONTROL_OPS
+                if control:  # an activity's end does not stop an erase or reset
+                    closed, late = False, 0
+                    pairs = self._control_instances(board_type, event, now)
+                else:
+                    ends = board_type.ends_at_ms
+                    closed = ends is not None and (ts >= ends or now >= ends + board_type.late_grace_ms)
+                    pairs, late = (_NOWHERE, 0) if closed else self._instances(board_type, ts, now, memo)
             except Exception as exc:  # noqa: BLE001 - whatever it is, it is this event's alone
                 failures.append(Failure(event, exc))
                 continue
             chunk = open_chunks.get(event.board)
-            if chunk is None or not chunk.fits(pairs):
-                chunk = _Chunk(event.board, board_type)
+            if chunk is None or not chunk.fits(pairs, control):
+                chunk = _Chunk(event.board, board_type, control=control)
                 open_chunks[event.board] = chunk
                 chunks.append(chunk)
             chunk.add(event, ts, pairs, late, position, closed=closed)
@@ -345,7 +387,7 @@ class Applier:
     def _narrow(self, chunk: _Chunk, want: bool, failures: list[Failure]) -> list[Outcome]:
         outcomes: list[Outcome] = []
         for entry in chunk.events:
-            single = _Chunk(chunk.board, chunk.board_type)
+            single = _Chunk(chunk.board, chunk.board_type, control=chunk.control)
             pairs = [chunk.instances[n][1] for n in entry.names]
             single.add(entry.event, entry.ts, pairs, entry.late, entry.position, closed=entry.closed)
             try:
@@ -402,10 +444,22 @@ def _decode(chunk: _Chunk, want: bool, reply: ApplyReply | Exception, epoch: str
     outcomes: list[Outcome] = []
     for entry, got in zip(chunk.events, reply, strict=True):
         states: dict[str, MemberState | None] = {}
+        resets = None
         if want:
             names = sorted(entry.names, key=lambda n: chunk.instances[n][0])
             states = dict(zip(names, got.states, strict=True))
+            if got.resets:
+                resets = {name: seq for name, seq in zip(names, got.resets, strict=True) if seq > 0}
+        if chunk.control and got.status is Status.APPLIED:
+            event = entry.event
+            _log.info(
+                "%s applied",
+                event.op.value,
+                extra={"board": chunk.board, "op": event.op.value,
+                       "member" if event.op is Op.ERASE else "selector": event.member,
+                       "instances": len(chunk.instances), "seq": got.seq},
+            )  # fmt: skip
         outcomes.append(
-            Outcome(entry.event, got.status, got.seq, states, entry.late, got.meta, got.failed_as)
+            Outcome(entry.event, got.status, got.seq, states, entry.late, got.meta, got.failed_as, resets)
         )
     return outcomes

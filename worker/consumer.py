@@ -30,9 +30,18 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from common.boards import BoardsConfig
 from common.clock import Clock, system_ms
+from common.control import control_kind, parse_control
 from common.deadline import Deadline
 from common.errors import BadEvent
-from common.events import MIN_TS_MS, Reason, UpdateEvent, parse_message, ts_ceiling, ts_out_of_range
+from common.events import (
+    CONTROL_OPS,
+    MIN_TS_MS,
+    Reason,
+    UpdateEvent,
+    parse_message,
+    ts_ceiling,
+    ts_out_of_range,
+)
 from common.kafka_types import MessageLike, consume_available
 from common.store.encoding import Status
 from worker.apply import BOARD_CLOSED_MARK, Applier, EarlierFailure, EpochMismatch, Outcome, Position
@@ -53,6 +62,7 @@ RECHECK_S = 5.0  # how often every partition held is checked against Redis (bloc
 
 # (message, why, what raised for internal_error)
 Rejection = tuple[MessageLike, BadEvent, BaseException | None]
+_Valid = tuple[UpdateEvent, int, int | None]  # a valid event, its effective ts, its array index
 
 
 @dataclass(frozen=True, slots=True)
@@ -331,23 +341,12 @@ class WorkerLoop:
         rejections: list[Rejection] = []
         for msg in messages:
             try:
-                # the latest accepted ts: the message's own (plausible) time plus the skew, so a
-                # redelivery is judged as its first delivery was (the fence would otherwise skip
-                # an event refused then and valid now); now for a message without a sane one
                 stamp = kafka_ts(msg, now)
-                max_ts = ts_ceiling(self._skew_s, stamp if MIN_TS_MS <= stamp <= now else now)
-                result = parse_message(msg.value(), self._boards, max_ts)
-                mine: list[Rejection] = [(msg, bad, None) for bad in result.rejections]
-                valid: list[tuple[UpdateEvent, int, int | None]] = []
-                for event, index in zip(result.events, result.indexes, strict=True):
-                    ts = event.ts
-                    if ts is None:
-                        ts = kafka_ts(msg, now)
-                        bad = ts_out_of_range(ts, max_ts, index, "the Kafka message timestamp (no ts)")
-                        if bad is not None:
-                            mine.append((msg, bad, None))
-                            continue
-                    valid.append((event, ts, index))
+                kind = control_kind(msg.headers())
+                if kind is None:
+                    mine, valid = self._events(msg, stamp, now)
+                else:
+                    mine, valid = self._control(msg, kind, stamp)
             except Exception as exc:  # noqa: BLE001 - a parser bug must not stop the partition
                 rejections.append((msg, internal_error(exc, None), exc))
                 continue
@@ -360,6 +359,34 @@ class WorkerLoop:
                 positions.append(None if source is None else Position(source, msg.offset() or 0, index))
                 origins[id(event)] = _Origin(msg, index)
         return Prepared(messages, pairs, positions, origins, rejections)
+
+    def _events(self, msg: MessageLike, stamp: int, now: int) -> tuple[list[Rejection], list[_Valid]]:
+        """An ordinary message's rejections and valid events."""
+        # the latest accepted ts: the message's own (plausible) time plus the skew, so a
+        # redelivery is judged as its first delivery was (the fence would otherwise skip an
+        # event refused then and valid now); now for a message without a sane one
+        max_ts = ts_ceiling(self._skew_s, stamp if MIN_TS_MS <= stamp <= now else now)
+        result = parse_message(msg.value(), self._boards, max_ts)
+        mine: list[Rejection] = [(msg, bad, None) for bad in result.rejections]
+        valid: list[_Valid] = []
+        for event, index in zip(result.events, result.indexes, strict=True):
+            ts = event.ts
+            if ts is None:
+                ts = stamp
+                bad = ts_out_of_range(ts, max_ts, index, "the Kafka message timestamp (no ts)")
+                if bad is not None:
+                    mine.append((msg, bad, None))
+                    continue
+            valid.append((event, ts, index))
+        return mine, valid
+
+    def _control(self, msg: MessageLike, kind: bytes, stamp: int) -> tuple[list[Rejection], list[_Valid]]:
+        """An erase or reset (common/control.py): its time is the message's, unbounded (it picks
+        no period), and no activity end stops it."""
+        try:
+            return [], [(parse_control(kind, msg.value(), self._boards), stamp, None)]
+        except BadEvent as bad:
+            return [(msg, bad, None)], []
 
     def execute(
         self, prepared: Prepared, group_metadata: object | None = None, full_check: bool = False
@@ -419,7 +446,10 @@ class WorkerLoop:
             if rejection is not None:
                 rejections.append(rejection)
             elif outcome.status is Status.APPLIED:
-                tally.applied += 1
+                if outcome.event.op in CONTROL_OPS:  # counted now: Redis changed, whatever follows
+                    self.metrics.admin_ops.labels(outcome.event.op.value).inc()
+                else:
+                    tally.applied += 1
             elif outcome.status is Status.REDELIVERED:
                 tally.redelivered += 1
             else:

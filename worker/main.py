@@ -151,6 +151,7 @@ def build_loop(
         publisher = cache_publisher(settings, boards, backfill_producer, client).over(outputs)
     applier = Applier(client, boards, settings.key_prefix, settings.id_window_s, now_ms=clock)
     applier.tie_index = settings.tie_index
+    applier.max_future_skew_s = settings.max_future_skew_s
     guard = SourceGuard(
         client,
         lambda: AdminClient(settings.librdkafka()),

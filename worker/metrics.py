@@ -44,6 +44,12 @@ class WorkerMetrics:
             buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
             registry=r,
         )
+        self.admin_ops = Counter(
+            "rankstream_worker_admin_ops",
+            "Erase and reset operations applied (rankstream erase | reset)",
+            ["op"],
+            registry=r,
+        )  # erase | reset
         self.retries = Counter(
             "rankstream_worker_batch_retries", "Batches rewound after a Redis or Kafka error", registry=r
         )

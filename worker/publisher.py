@@ -1,7 +1,8 @@
 """Publishes hot boards' absolute member states to the compacted update_cache topic.
 
 After each applied batch: one record per touched (hot window instance, member) with its state
-after the batch, and, once the board is backfilled, one marker with the board's seq. Live
+after the batch, one per hot window instance a reset emptied (with the seq it was emptied at),
+and, once the board is backfilled, one marker with the board's seq. Live
 records go out in the batch's transaction (worker/outputs.py), so offsets are never committed
 past a change that API nodes could miss; a backfill's `flush()` raises unless every record was
 acknowledged."""
@@ -14,7 +15,8 @@ from collections.abc import Sequence
 import redis
 
 from common.boards import BoardsConfig
-from common.cache_records import deleted_record, marker_record, partition_for, state_record
+from common.cache_records import deleted_record, marker_record, partition_for, reset_record, state_record
+from common.events import Op
 from common.store.encoding import MemberState, Status
 from common.store.keys import TOTAL_INSTANCE, BoardKeys
 from worker.apply import Outcome
@@ -75,6 +77,7 @@ class CachePublisher:
     def publish(self, outcomes: Sequence[Outcome]) -> None:
         """Queue the records of one applied batch (duplicates re-publish the current state)."""
         latest: dict[tuple[str, str, str], tuple[MemberState | None, int, bytes | None]] = {}
+        resets: dict[tuple[str, str], int] = {}
         seqs: dict[str, int] = {}
         for outcome in outcomes:
             board = outcome.event.board
@@ -82,20 +85,33 @@ class CachePublisher:
             if not hot or outcome.status is Status.OUT_OF_RANGE:
                 continue
             seqs[board] = max(seqs.get(board, 0), outcome.seq)
+            if outcome.event.op is Op.RESET:  # no member: its instances' latest resets
+                _note_resets(resets, outcome, hot)
+                continue
             for instance, state in outcome.states.items():
                 if instance_window(instance) in hot:
                     latest[(board, instance, outcome.event.member)] = (state, outcome.seq, outcome.meta)
         for (board, instance, member), (state, seq, meta) in latest.items():
             if state is None:
-                key, value = deleted_record(board, instance, member, seq)
+                key, value = deleted_record(board, instance, member, seq, meta)
             else:
                 key, value = state_record(
                     board, instance, member, score=state.score, tie_ms=state.tie_ms, seq=seq, meta=meta
                 )
             self.produce(board, key, value)
+        for (board, instance), seq in resets.items():
+            self.produce(board, *reset_record(board, instance, seq))
         for board, seq in seqs.items():
             if self.backfilled(board):
                 self.produce(board, *marker_record(board, seq))
 
     def flush(self, timeout: float) -> None:
         self._sink.flush(timeout)
+
+
+def _note_resets(resets: dict[tuple[str, str], int], outcome: Outcome, hot: tuple[str, ...]) -> None:
+    """The latest reset of each hot window instance a reset's outcome names."""
+    board = outcome.event.board
+    for instance, seq in (outcome.resets or {}).items():
+        if instance_window(instance) in hot:
+            resets[(board, instance)] = max(resets.get((board, instance), 0), seq)

@@ -22,6 +22,9 @@ __all__ = [
 ]
 
 
+_REPEAT_MS = 3 * 3_600_000  # longer than any stretch of local time a DST change repeats
+
+
 def _minutes(window: Window) -> int:
     assert window.minutes is not None
     return window.minutes
@@ -74,15 +77,29 @@ def expire_at_ms(window: Window, period: Period, retention: int, tz: ZoneInfo) -
 def recent_periods(window: Window, retention: int, now_ms: int, latest_ms: int, tz: ZoneInfo) -> list[Period]:
     """Every period of `window` that may hold data at `now_ms`: it starts no later than
     `latest_ms` (the latest accepted event time) and has not expired. Newest first."""
-    if window.kind is WindowKind.SEASON:
+    if window.kind is WindowKind.SEASON:  # a season's expiry is one step: ask it of each
         newest = seasons.latest_at(window, latest_ms, tz)
-    else:
-        newest = period_at(window, latest_ms, tz)
-    out: list[Period] = []
-    while newest is not None and expire_at_ms(window, newest, retention, tz) > now_ms:
-        out.append(newest)
-        newest = previous_period(window, newest, tz)
-    return out
+        out: list[Period] = []
+        while newest is not None and expire_at_ms(window, newest, retention, tz) > now_ms:
+            out.append(newest)
+            newest = previous_period(window, newest, tz)
+        return out
+    # a calendar or fixed-length period expires when the `retention`-th period after it starts,
+    # or when it ends if that is later (asking expire_at_ms of each would walk the retention once
+    # per period). The walk starts 3 h past `latest_ms`: where a DST change repeats local times,
+    # a period with a later id can start before the one holding `latest_ms`.
+    period: Period | None = period_at(window, latest_ms + _REPEAT_MS, tz)
+    seen: list[Period] = []
+    kept: list[Period] = []
+    while period is not None:
+        seen.append(period)
+        later = seen[-1 - retention] if len(seen) > retention else None
+        if later is not None and later.start_ms <= now_ms and period.end_ms <= now_ms:
+            break
+        if period.start_ms <= latest_ms:
+            kept.append(period)
+        period = previous_period(window, period, tz)
+    return kept
 
 
 class PeriodCache:

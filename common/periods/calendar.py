@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import re
 from datetime import date, datetime, timedelta
+from functools import lru_cache
 from zoneinfo import ZoneInfo
 
-from common.periods.model import Period, epoch_ms, local_of, local_period
+from common.periods.model import Period, first_instant, local_of, local_period
 from common.windows import WindowKind
 
 _HOUR = timedelta(hours=1)
@@ -97,6 +98,7 @@ def parse_period(kind: WindowKind, period_id: str, tz: ZoneInfo) -> Period:
     return period
 
 
+@lru_cache(maxsize=4096)  # an hour's walks the retention: asked per API read and per period change
 def expire_at_ms(period: Period, retention: int, tz: ZoneInfo) -> int:
     """When a period's keys expire: at the start of the period `retention` after it (hour with
     retention 72: the start of the 72nd hour after it). Counted from the period's nominal local
@@ -104,13 +106,13 @@ def expire_at_ms(period: Period, retention: int, tz: ZoneInfo) -> int:
     periods that exist: a local hour a DST change skips entirely is no period."""
     start = _start_local(period.kind, local_of(period.start_ms, tz))
     if period.kind is not WindowKind.HOUR:
-        return epoch_ms(_shift(period.kind, start, retention), tz)
+        return first_instant(_shift(period.kind, start, retention), tz)
     label, counted = start, 0
     while counted < retention:
         label += _HOUR
-        if epoch_ms(label + _HOUR, tz) > epoch_ms(label, tz):  # some instant reads this hour
+        if first_instant(label + _HOUR, tz) > first_instant(label, tz):  # some instant reads this hour
             counted += 1
-    return epoch_ms(label, tz)
+    return first_instant(label, tz)
 
 
 def previous(period: Period, tz: ZoneInfo) -> Period:

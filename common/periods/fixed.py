@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from functools import lru_cache
 from zoneinfo import ZoneInfo
 
-from common.periods.model import Period, epoch_ms, local_of, local_period
+from common.periods.model import Period, epoch_ms, first_instant, local_of, local_period
 from common.windows import WindowKind
 
 _PATTERN = re.compile(r"^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2})$")
@@ -84,4 +84,4 @@ def expire_at_ms(minutes: int, period_id: str, retention: int, tz: ZoneInfo) -> 
         label += step
         if _exists(minutes, label, tz):
             counted += 1
-    return epoch_ms(label, tz)
+    return first_instant(label, tz)

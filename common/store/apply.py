@@ -13,6 +13,7 @@ from typing import Any, NamedTuple
 
 import redis
 
+from common.events import Op
 from common.store.encoding import (
     EXACT_MAX,
     MemberState,
@@ -27,7 +28,7 @@ from common.store.keys import BoardKeys
 from common.store.scripts import ArgT, Call, load_script
 
 # where each field goes (apply.lua reads the positions from the tables of the same names)
-KEY = ("SEQ", "META", "FENCE", "IDW")  # the board's keys, then INST per instance
+KEY = ("SEQ", "META", "FENCE", "IDW", "RESETS")  # the board's keys, then INST per instance
 INST = ("RANK", "OVERFLOW", "STATE", "INDEX")
 H = ("W", "E", "MODE", "DESC", "MAXM", "STATE", "EPOCH", "WINDOW", "CAP", "LEGACY_TTL", "S",
      "LOW", "HIGH", "INTEGRAL", "INDEX")  # ARGV header  # fmt: skip
@@ -50,8 +51,10 @@ class ApplyEvent(NamedTuple):
     """One event's ARGV: its fields in this order are apply.lua's EV layout (a tuple, not an
     object per event: the worker builds one per event)."""
 
-    op: str  # incr | set | best | delete, or `x`: a record that the event's processing raised
-    member: str  # for `x`: the error class
+    # incr | set | best | delete, erase | reset (common/control.py: alone in their call, in every
+    # instance of it), or `x`: a record that the event's processing raised
+    op: str
+    member: str  # for `x`: the error class; for reset: its selector
     score: float
     tie_ms: int  # the event time: orders ties
     meta: str  # '' = none
@@ -97,6 +100,8 @@ class EventReply(NamedTuple):  # one per event
     failed_as: str | None  # FAILED: the error class its first delivery raised
     states: tuple[MemberState | None, ...]  # want_state: per instance of its mask, in bit order
     meta: bytes | None  # want_state: the member's meta after the event
+    # want_state, a reset: per instance the seq of its latest reset (0: none it remembers)
+    resets: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +140,7 @@ class ApplyScript:
             "META": keys.meta,
             "FENCE": keys.fence,
             "IDW": keys.id_window,
+            "RESETS": keys.resets,
         }
         key_list = [board[name] for name in KEY]
         for name, _, packing in req.instances:
@@ -197,13 +203,18 @@ class ApplyScript:
                 failed_as = text(reply[pos])
                 pos += 1
             states: tuple[MemberState | None, ...] = ()
+            resets: tuple[int, ...] = ()
             meta: bytes | None = None
             if req.want_state:
                 n = _count_bits(ev.mask)
-                states = tuple(parse_state(raw) for raw in reply[pos : pos + n])
+                if ev.op == Op.RESET:  # no member: per instance its latest reset's seq ('': none)
+                    states = (None,) * n
+                    resets = tuple(int(raw or 0) for raw in reply[pos : pos + n])
+                else:
+                    states = tuple(parse_state(raw) for raw in reply[pos : pos + n])
                 meta = reply[pos + n] or None
                 pos += n + 1
-            out.append(EventReply(status, seq, failed_as, states, meta))
+            out.append(EventReply(status, seq, failed_as, states, meta, resets))
         return out
 
     def run_many(self, client: redis.Redis, reqs: Sequence[ApplyRequest]) -> list[ApplyReply | Exception]:

@@ -17,6 +17,8 @@ board lives in one Cluster slot and one script may touch all of it.
                                        `<topic>:<partition>` -> "<topic id>|<offset>|<array index+1>"
                                        of the last event applied, and `<source>!r` -> positions the
                                        script rejected since the source's last commit (apply.lua)
+    <prefix>{<board>}:resets           hash instance -> the board seq of its latest reset (`rankstream
+                                       reset`): what a redelivered reset re-publishes to update_cache
     <prefix>{<board>}:i                id window directory (common/lua/idwindow.lua)
     <prefix>{<board>}:i:<d>:<p>        id window bucket: zset id fingerprint -> applied-at second
     <prefix>{<board>}:id:<event id>    the previous release's per-event dedupe record: read (and
@@ -78,6 +80,10 @@ class BoardKeys:
     @property
     def fence(self) -> str:
         return f"{self.tag}:fence"
+
+    @property
+    def resets(self) -> str:
+        return f"{self.tag}:resets"
 
     @property
     def id_window(self) -> str:

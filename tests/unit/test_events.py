@@ -189,6 +189,7 @@ def test_the_table_covers_every_reason() -> None:
     assert {row[2] for row in MALFORMED} == {reason.value for reason in Reason} - {
         "internal_error",
         "board_closed",
+        "bad_control",  # control messages' (tests/unit/test_control.py)
     }  # the worker's
 
 
@@ -213,6 +214,7 @@ def test_reason_codes_are_the_documented_strings() -> None:
         "ts_out_of_range",
         "meta_too_large",
         "board_closed",
+        "bad_control",
         "internal_error",
     ]
 

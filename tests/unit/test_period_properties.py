@@ -12,7 +12,14 @@ from zoneinfo import ZoneInfo
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from common.periods import PeriodCache, expire_at_ms, parse_period, period_at, previous_period
+from common.periods import (
+    PeriodCache,
+    expire_at_ms,
+    parse_period,
+    period_at,
+    previous_period,
+    recent_periods,
+)
 from common.windows import parse_window
 
 ZONES = [
@@ -101,3 +108,24 @@ def test_the_cache_agrees_with_the_math_on_a_stream(where, window, steps):
     for step in steps:
         ts = min(ts + step, END)
         assert cache.at(window, ts) == period_at(window, ts, tz)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    where=near_a_change(),
+    window=st.sampled_from(WINDOWS),
+    retention=st.integers(1, 6),
+    ahead=st.integers(0, 5 * 3_600_000),
+)
+def test_recent_periods_are_exactly_those_not_expired(where, window, retention, ahead):
+    zone, now = where
+    tz = ZoneInfo(zone)
+    got = [p.id for p in recent_periods(window, retention, now, now + ahead, tz)]
+    # from 3 h later: a DST change that repeats local times lets a later id start earlier
+    expected, period = [], period_at(window, now + ahead + 3 * 3_600_000, tz)
+    for _ in range(retention + 16 + ahead // 900_000):  # no period further back is kept
+        assert period is not None
+        if period.start_ms <= now + ahead and expire_at_ms(window, period, retention, tz) > now:
+            expected.append(period.id)
+        period = previous_period(window, period, tz)
+    assert got == expected

@@ -5,7 +5,7 @@
 --! include tieindex
 --
 -- KEYS (positions in KEY and INST, from common/store/apply.py): board seq, board meta hash,
---       board fence hash, id window directory,
+--       board fence hash, id window directory, board resets hash (instance -> seq of its latest reset),
 --       then per window instance i = 1..W: rank zset, overflow zset, the previous release's
 --       state hash, tie index directory (ikey below).
 -- ARGV (positions in H, SRC, IA and EV): header, then S sources (fence field, topic id, low
@@ -21,6 +21,14 @@
 -- (hot boards): per instance in its mask, "<score>|<tie ms>" or "" for an absent member, then
 -- the member's meta ('' if none), so update_cache always carries it. A board whose fence
 -- belongs to another epoch returns {-1, <its epoch>} and changes nothing.
+--
+-- Control ops (`rankstream erase` / `reset`, common/control.py) come alone in their call and
+-- count in every instance of it, whatever their mask says (a double: it can't name more than 53,
+-- and an erase reaches every period that may hold data). `erase` is a delete in every instance,
+-- meta included. `reset` (its member is a selector: '*' = the whole board) empties every instance
+-- of the call, tie index and all, and for the whole board its meta; it is decided like any event
+-- (fence, id window), and its "state" per instance is the seq of the instance's latest reset,
+-- this one's or, for a redelivery, the one the resets hash remembers.
 --
 -- Exactly once: the fence keeps, per source (topic, partition), the topic id and the last
 -- (offset, where) applied, and the positions of events the script rejected since the source's
@@ -50,6 +58,9 @@ local KI = KEY._N  -- KEYS before the instances
 -- the key of instance i's rank (INST.RANK), overflow (INST.OVERFLOW), state hash (INST.STATE)
 -- or tie index (INST.INDEX)
 local function ikey(i, which) return KEYS[KI + INST._N * (i - 1) + which] end
+-- instance i's name (`total`, `<window>:<period id>`): its tie index key after the board's
+-- `<tag>:t:`, as long as the seq key's `<tag>:seq` (common/store/keys.py)
+local function iname(i) return string.sub(ikey(i, INST.INDEX), #KEYS[KEY.SEQ]) end
 local fmt = ENC.score
 local function enc(tie, member) return ENC.member(mode, tie, member) end
 
@@ -181,7 +192,7 @@ end
 
 -- the planned new score of one member in one instance: nil = unchanged, false = delete
 local function plan(c, op, score)
-  if op == 'delete' then
+  if op == 'delete' or op == 'erase' then
     if c.present then return false end
     return nil
   end
@@ -337,13 +348,18 @@ for e = 1, E do
   at = at + F
   events[e] = ev
   local inst, mask = {}, ev.mask  -- the instances the event counts in, from its mask
-  for i = 1, W do
-    if mask % 2 == 1 then inst[#inst + 1] = i end
-    mask = math.floor(mask / 2)
+  if ev.op == 'erase' or ev.op == 'reset' then  -- a control op: every instance of its call
+    if E > 1 then error('an erase or reset must be alone in its call') end
+    for i = 1, W do inst[i] = i end
+  else
+    for i = 1, W do
+      if mask % 2 == 1 then inst[#inst + 1] = i end
+      mask = math.floor(mask / 2)
+    end
   end
   ev.inst = inst
-  if ev.op ~= 'x' then
-    fps[#fps + 1] = ev.fp
+  if ev.op ~= 'x' then fps[#fps + 1] = ev.fp end
+  if ev.op ~= 'x' and ev.op ~= 'reset' then  -- a reset reads no member
     if not seen[ev.member] then
       seen[ev.member] = true
       members[#members + 1] = ev.member
@@ -360,9 +376,12 @@ end
 -- ranking before anything is read (the same members, the same scores: no state changes, so doing
 -- it before the decisions is safe even if the call fails later). One EXISTS while there is none.
 if maxm == 0 and W > 0 then
-  local overflows = {}
+  local overflows, found = {}, 0
   for i = 1, W do overflows[i] = ikey(i, INST.OVERFLOW) end
-  if redis.call('EXISTS', unpack(overflows)) > 0 then
+  for k = 1, W, SLICE do  -- an erase's call may hold more instances than unpack takes
+    found = found + redis.call('EXISTS', unpack(overflows, k, math.min(k + SLICE - 1, W)))
+  end
+  if found > 0 then
     for i = 1, W do
       local rows = edge(overflows[i], SLICE, true)
       while #rows > 0 do
@@ -383,6 +402,7 @@ end
 --! phase read_ids_metas
 
 local out, touched, dirty, meta_dirty = {}, {}, {}, {}
+local reset  -- an applied reset: {whole = the whole board?, seq = its seq}
 for i = 1, W do dirty[i] = {} end
 local seq0 = tonumber(redis.call('GET', KEYS[KEY.SEQ]) or '0')
 local seq = seq0
@@ -406,6 +426,13 @@ for _, ev in ipairs(events) do
     if src then src.rejected[pos_key(offset, sub)] = member end
   elseif IDW.seen(ids, fp) or (legacy and (legacy_new[legacy_key] or redis.call('EXISTS', legacy_key) == 1)) then
     status = ST.DUPLICATE  -- a duplicate of an applied event is a duplicate, whatever it would do now
+  elseif op == 'reset' then
+    -- applied now, done in phase 2 (the call's instances are what it empties)
+    status = ST.APPLIED
+    IDW.add(ids, fp)
+    if legacy then legacy_new[legacy_key] = true end
+    seq = seq + 1
+    reset = {whole = member == '*', seq = seq}
   else
     -- plan every instance before changing any, so an out-of-range result changes nothing
     local plans, in_range = {}, true
@@ -437,8 +464,9 @@ for _, ev in ipairs(events) do
           touched[i] = true
         end
       end
-      if op == 'delete' or meta ~= '' then
-        metas[member] = op == 'delete' and '' or meta
+      local gone = op == 'delete' or op == 'erase'
+      if gone or meta ~= '' then
+        metas[member] = gone and '' or meta
         meta_dirty[member] = true
       end
     end
@@ -449,8 +477,12 @@ for _, ev in ipairs(events) do
   if status == ST.FAILED then out[#out + 1] = failed_as end
   if want_state then
     for _, i in ipairs(inst) do
-      local c = load(i, member)
-      out[#out + 1] = c.present and ENC.state(fmt(c.score), c.tie) or ''
+      if op == 'reset' then  -- the seq of the instance's latest reset ('': none remembered)
+        out[#out + 1] = reset and reset.seq or redis.call('HGET', KEYS[KEY.RESETS], iname(i)) or ''
+      else
+        local c = load(i, member)
+        out[#out + 1] = c.present and ENC.state(fmt(c.score), c.tie) or ''
+      end
     end
     out[#out + 1] = metas[member] or ''
   end
@@ -493,6 +525,16 @@ if #meta_del > 0 then redis.call('HDEL', KEYS[KEY.META], unpack(meta_del)) end
 --! phase write_ids_fence_metas
 for i = 1, W do
   if #dirty[i] > 0 then flush(i, dirty[i]) end
+end
+-- an applied reset: its instances' keys go (their tie index's every bucket too), a whole
+-- board's meta with them; the resets hash remembers its seq (a whole board's, only this one)
+if reset then
+  if reset.whole then redis.call('DEL', KEYS[KEY.META], KEYS[KEY.RESETS]) end
+  for i = 1, W do
+    TI.destroy(TI.new(ikey(i, INST.INDEX), tonumber(ARGV[H.CAP]), '0'))
+    redis.call('DEL', ikey(i, INST.RANK), ikey(i, INST.OVERFLOW), ikey(i, INST.STATE))
+    redis.call('HSET', KEYS[KEY.RESETS], iname(i), reset.seq)
+  end
 end
 if seq ~= seq0 then redis.call('SET', KEYS[KEY.SEQ], seq) end
 --! phase write_instances

@@ -74,6 +74,23 @@ function TI.restamp(t)
   end
 end
 
+-- delete every key of the index: its directory and each of its buckets (a reset)
+function TI.destroy(t)
+  local x = t.x
+  local n = XH.dir_len(x)
+  local keys = {(XH.bucket(x, 0))}
+  if n > 0 then
+    keys[1] = x.dir
+    for s = 0, n - 1 do
+      local key, _, p = XH.bucket(x, s)
+      if p == s then keys[#keys + 1] = key end  -- each bucket once, at the lowest slot pointing at it
+    end
+  end
+  for k = 1, #keys, 1000 do  -- Lua's unpack takes at most ~8000 values
+    redis.call('DEL', unpack(keys, k, math.min(k + 999, #keys)))
+  end
+end
+
 -- one page of the index for backfill from `cursor` (0 to start; XH.next_cursor): {member, tie}
 -- pairs of whole buckets, at least `size` unless the walk ends, and the next cursor (-1: done)
 function TI.page(t, cursor, size)

@@ -1,0 +1,138 @@
+"""`rankstream erase` and `rankstream reset`: what an operator does to a board while events keep
+flowing. Each produces one control message (common/control.py) on update_rank, keyed by the
+board, so the worker applies it in order with the board's events, exactly once (the board's
+offset fence), and publishes what hot nodes need in the same transaction. Then, unless told not
+to, it waits until the board's fence in Redis shows the worker got that far.
+
+erase  <board> <member>                 the member leaves every window instance and the meta
+reset  <board> [--window W [--period P]] the whole board (its meta too), one window, or one period
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any, ParamSpec, TypeVar
+
+from confluent_kafka.admin import AdminClient
+
+from common.boards import BoardsConfig, BoardType, load_boards
+from common.clients import kafka_producer, redis_client
+from common.control import (
+    Message,
+    check_board,
+    check_member,
+    control_message,
+    parse_selector,
+    reset_selector,
+)
+from common.errors import BadEvent, ConfigError, InfrastructureError, RankstreamError
+from common.events import Op
+from common.settings import Settings
+from common.store.encoding import text
+from common.store.keys import BoardKeys
+from worker.sources import describe_topic
+
+DELIVERY_TIMEOUT_S = 30.0
+POLL_S = 0.2
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+
+
+class UsageError(ConfigError):
+    """A bad argument (board, member, window, period): one line, exit 2, nothing produced."""
+
+
+class NotAppliedError(RankstreamError):
+    """The message is on the topic, but no worker applied it within the wait."""
+
+
+def erase(settings: Settings, board: str, member: str, wait_s: float | None) -> str:
+    """Erase `member` from `board`; the line to print. `wait_s` None: don't wait for the worker."""
+    _board_type(load_boards(settings.boards), board)
+    _checked(check_member, member)
+    message = control_message(Op.ERASE, board, member=member)
+    return _send(settings, board, message, f"erased {member!r} from {board}", wait_s=wait_s)
+
+
+def reset(
+    settings: Settings, board: str, window: str | None, period: str | None, wait_s: float | None
+) -> str:
+    """Empty `board`, one window of it, or one period; the line to print."""
+    boards = load_boards(settings.boards)
+    board_type = _board_type(boards, board)
+    selector = _checked(reset_selector, boards, board_type, window, period)
+    window, period = parse_selector(selector)  # the period's canonical id
+    message = control_message(Op.RESET, board, window=window, period=period)
+    if window is None:
+        what = f"reset {board}"
+    elif period is None:
+        what = f"reset window {window} of {board}"
+    else:
+        what = f"reset {selector} of {board}"
+    return _send(settings, board, message, what, wait_s=wait_s)
+
+
+def _board_type(boards: BoardsConfig, board: str) -> BoardType:
+    return _checked(check_board, boards, board)
+
+
+def _checked(check: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
+    """`check(*args)`, its BadEvent as a UsageError (the worker refuses the same things)."""
+    try:
+        return check(*args, **kwargs)
+    except BadEvent as exc:
+        raise UsageError(exc.message) from None
+
+
+def _send(settings: Settings, board: str, message: Message, what: str, *, wait_s: float | None) -> str:
+    """Produce `message` (acknowledged by every in-sync replica), then wait for the worker."""
+    value, headers = message
+    topic = settings.topic_updates
+    producer = kafka_producer(settings, {"enable.idempotence": True, "acks": "all"})
+    delivered: list[tuple[Any, Any]] = []
+    producer.produce(
+        topic,
+        value=value,
+        key=board.encode(),
+        headers=headers,
+        on_delivery=lambda e, m: delivered.append((e, m)),
+    )
+    producer.flush(DELIVERY_TIMEOUT_S)
+    if not delivered:
+        late = f"did not acknowledge the message within {DELIVERY_TIMEOUT_S:.0f} s"
+        raise InfrastructureError(f"Kafka at {settings.kafka_bootstrap} {late}")
+    error, msg = delivered[0]
+    if error is not None:
+        raise InfrastructureError(f"Kafka refused the message: {error.str()}")
+    partition, offset = int(msg.partition()), int(msg.offset())
+    where = f"{topic}[{partition}] offset {offset}"
+    if wait_s is None:
+        return f"{what}: produced at {where} (not waiting for the worker)"
+    if not _wait_applied(settings, board, partition, offset, wait_s):
+        raise NotAppliedError(
+            f"{what}: produced at {where}, but no worker applied it within {wait_s:g} s "
+            "(it stays on the topic: a worker applies it when it gets there)"
+        )
+    return f"{what}: applied (at {where})"
+
+
+def _wait_applied(settings: Settings, board: str, partition: int, offset: int, wait_s: float) -> bool:
+    """Until the board's fence for the partition, of this very topic (its id), reaches `offset`."""
+    topic = settings.topic_updates
+    topic_id, _ = describe_topic(AdminClient(settings.librdkafka()), topic)
+    client = redis_client(settings)
+    fence, field = BoardKeys(settings.key_prefix, board).fence, f"{topic}:{partition}"
+    deadline = time.monotonic() + wait_s
+    try:
+        while True:
+            raw = text(client.hget(fence, field))  # "<topic id>|<offset>|<where>" (apply.lua)
+            if raw is not None:
+                found_id, found, _ = raw.split("|")
+                if found_id == topic_id and int(found) >= offset:
+                    return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(POLL_S)
+    finally:
+        client.close()
