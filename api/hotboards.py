@@ -35,6 +35,7 @@ from common.store.keys import TOTAL_INSTANCE, BoardKeys
 
 _log = logging.getLogger(__name__)
 BATCH = 10_000
+SWEEP_MS = 60_000
 
 
 @dataclass
@@ -104,6 +105,7 @@ class HotBoards:
     def __init__(self, settings: Settings, boards: BoardsConfig, clock: Clock = system_ms) -> None:
         self._settings = settings
         self._clock = clock
+        self._next_sweep = 0  # when periods past retention are next dropped from every board
         self._config = boards
         self.boards: dict[str, HotBoard] = {}
         for hot in boards.hot:
@@ -246,6 +248,10 @@ class HotBoards:
                 hot.apply(record)
                 if new_instance:
                     self._drop_expired(hot)  # a new period began: old ones past retention go
+        if self._clock() >= self._next_sweep:  # and, a minute apart, on boards where none begins
+            self._next_sweep = self._clock() + SWEEP_MS
+            for hot in self.boards.values():
+                self._drop_expired(hot)
 
     def _drop_expired(self, hot: HotBoard) -> None:
         board_type = self._config.type_for(hot.board.split(":", 1)[0])

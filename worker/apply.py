@@ -18,7 +18,7 @@ from common.control import parse_selector
 from common.errors import InfrastructureError
 from common.events import CONTROL_OPS, Op, UpdateEvent, ts_ceiling
 from common.idwindow import LISTPACK_CAP, fingerprint
-from common.periods import PeriodCache, expire_at_ms, parse_period, recent_periods
+from common.periods import PeriodCache, expire_at_ms, no_period_span, parse_period, recent_periods
 from common.store.apply import (
     ApplyEvent,
     ApplyReply,
@@ -222,10 +222,11 @@ class Applier:
                 slots.append((Instance(TOTAL_INSTANCE, 0, packing), _FOREVER))
             elif window.periodic:
                 period = self._periods.at(window, ts)
-                if period is None:  # between two seasons: the window takes nothing now
-                    start, end = max(start, ts), min(end, ts + 1)
-                    continue
                 tz = self._boards.timezone
+                if period is None:  # between two seasons: the window takes nothing until the next
+                    gap_from, gap_until = no_period_span(window, ts, tz)
+                    start, end = max(start, gap_from), min(end, gap_until)
+                    continue
                 expire = expire_at_ms(window, period, board_type.retention[window.name], tz)
                 # a period whose keys already expired can't take the event either: PEXPIREAT in
                 # the past would delete the whole period (retention 1 with a late grace did)

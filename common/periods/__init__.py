@@ -15,6 +15,7 @@ __all__ = [
     "Period",
     "PeriodCache",
     "expire_at_ms",
+    "no_period_span",
     "parse_period",
     "period_at",
     "previous_period",
@@ -39,6 +40,12 @@ def period_at(window: Window, ts_ms: int, tz: ZoneInfo) -> Period | None:
     if window.kind is WindowKind.SEASON:
         return seasons.period_at(window, ts_ms, tz)
     raise ValueError(f"window {window.name!r} has no periods")
+
+
+def no_period_span(window: Window, ts_ms: int, tz: ZoneInfo) -> tuple[int, int]:
+    """[from, until) around `ts_ms`, an instant no period of `window` holds (between seasons):
+    no instant in it has one either."""
+    return seasons.gap_around(window, ts_ms, tz)
 
 
 def parse_period(window: Window, period_id: str, tz: ZoneInfo) -> Period:

@@ -53,6 +53,16 @@ def period_at(window: Window, ts_ms: int, tz: ZoneInfo) -> Period | None:
     return _named(window.seasons[at])
 
 
+def gap_around(window: Window, ts_ms: int, tz: ZoneInfo) -> tuple[int, int]:
+    """[from, until): the stretch between seasons holding `ts_ms` (which no season holds)."""
+    if window.rule is not None:  # before the first season: from the start of time
+        return 0, _ruled(window.rule, 0, tz).start_ms
+    starts = [season.start_ms for season in window.seasons]
+    at = bisect.bisect_right(starts, ts_ms)
+    after = window.seasons[at].start_ms if at < len(starts) else 2**62
+    return (window.seasons[at - 1].end_ms if at else 0), after
+
+
 def latest_at(window: Window, ts_ms: int, tz: ZoneInfo) -> Period | None:
     """The last season that started at or before `ts_ms` (open or not)."""
     if window.rule is not None:

@@ -196,11 +196,14 @@ def test_redelivery_across_rebalances_is_fenced_with_a_1s_id_window(exact_topics
     produce(settings, messages)
     target = total_applied(model)
     port_a, port_b = free_port(), free_port()
-    a = worker_process(settings, port_a, extra_env=WINDOW_1S)
+    # small batches: two workers must not drain the stream while the join, the 1.5 s wait and the
+    # leave happen (with 500 they sometimes did, and the test had nothing left to check)
+    slow = {**WINDOW_1S, "RANKSTREAM_WORKER_BATCH_SIZE": "100"}
+    a = worker_process(settings, port_a, extra_env=slow)
     b = None
     try:
         wait_for(lambda: applied_so_far(rclient, settings) > target * 0.15, 60, "15% applied")
-        b = worker_process(settings, port_b, extra_env=WINDOW_1S)  # joins: partitions move to it
+        b = worker_process(settings, port_b, extra_env=slow)  # joins: partitions move to it
         wait_for(lambda: partitions_owned(port_b) > 0, 60, "the second worker owns partitions")
         assert applied_so_far(rclient, settings) < target, "the join came too late to test anything"
         assert_id_window_is_1s(rclient, settings)

@@ -9,6 +9,7 @@ from common.periods import (
     Period,
     PeriodCache,
     expire_at_ms,
+    no_period_span,
     parse_period,
     period_at,
     previous_period,
@@ -197,3 +198,19 @@ def test_recent_periods_are_those_not_expired_up_to_the_latest_event_time():
     assert [p.id for p in recent_periods(NAMED, 4, ms("2026-10-05 00:00"), ms("2026-10-06 00:00"), SH)] == [
         "s1"
     ]
+
+
+def test_the_stretch_between_seasons_holds_no_season():
+    for window in (NAMED, RULED):
+        for instant in ("2026-10-01 00:00", "2026-10-10 12:00", "2026-10-14 23:59:59", "2025-12-31 00:00"):
+            ts = ms(instant)
+            if period_at(window, ts, SH) is not None:
+                continue
+            low, high = no_period_span(window, ts, SH)
+            assert low <= ts < high
+            assert period_at(window, low, SH) is None and period_at(window, high - 1, SH) is None
+            assert high == 2**62 or period_at(window, high, SH) is not None
+    assert no_period_span(NAMED, ms("2026-10-05 00:00"), SH) == (
+        ms("2026-10-01 00:00"),
+        ms("2026-10-15 00:00"),
+    )
