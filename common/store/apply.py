@@ -28,8 +28,8 @@ from common.store.keys import BoardKeys
 from common.store.scripts import ArgT, Call, load_script
 
 # where each field goes (apply.lua reads the positions from the tables of the same names)
-KEY = ("SEQ", "META", "FENCE", "IDW", "RESETS")  # the board's keys, then INST per instance
-INST = ("RANK", "OVERFLOW", "STATE", "INDEX")
+KEY = ("SEQ", "META", "FENCE", "IDW")  # the board's keys, then INST per instance
+INST = ("RANK", "OVERFLOW", "STATE", "INDEX", "RESET")
 H = ("W", "E", "MODE", "DESC", "MAXM", "STATE", "EPOCH", "WINDOW", "CAP", "LEGACY_TTL", "S",
      "LOW", "HIGH", "INTEGRAL", "INDEX")  # ARGV header  # fmt: skip
 SRC = ("FIELD", "TOPIC", "LOW")  # ARGV per source, after the header; then IA per instance
@@ -140,7 +140,6 @@ class ApplyScript:
             "META": keys.meta,
             "FENCE": keys.fence,
             "IDW": keys.id_window,
-            "RESETS": keys.resets,
         }
         key_list = [board[name] for name in KEY]
         for name, _, packing in req.instances:
@@ -150,6 +149,7 @@ class ApplyScript:
                 "OVERFLOW": keys.overflow(name, packed),
                 "STATE": keys.state(name),  # the previous release's; unused by a packed window
                 "INDEX": keys.tie_index(name),  # unused by a packed window
+                "RESET": keys.reset_mark(name),  # read and written by a reset only
             }
             key_list += [per[field] for field in INST]
         header: dict[str, str | int] = {

@@ -17,8 +17,9 @@ board lives in one Cluster slot and one script may touch all of it.
                                        `<topic>:<partition>` -> "<topic id>|<offset>|<array index+1>"
                                        of the last event applied, and `<source>!r` -> positions the
                                        script rejected since the source's last commit (apply.lua)
-    <prefix>{<board>}:resets           hash instance -> the board seq of its latest reset (`rankstream
-                                       reset`): what a redelivered reset re-publishes to update_cache
+    <prefix>{<board>}:r:<instance>     the board seq of the instance's latest reset (`rankstream
+                                       reset`), expiring with it: what a redelivered reset
+                                       re-publishes to update_cache
     <prefix>{<board>}:i                id window directory (common/lua/idwindow.lua)
     <prefix>{<board>}:i:<d>:<p>        id window bucket: zset id fingerprint -> applied-at second
     <prefix>{<board>}:id:<event id>    the previous release's per-event dedupe record: read (and
@@ -81,9 +82,8 @@ class BoardKeys:
     def fence(self) -> str:
         return f"{self.tag}:fence"
 
-    @property
-    def resets(self) -> str:
-        return f"{self.tag}:resets"
+    def reset_mark(self, instance: str) -> str:
+        return f"{self.tag}:r:{instance}"
 
     @property
     def id_window(self) -> str:

@@ -5,9 +5,9 @@
 --! include tieindex
 --
 -- KEYS (positions in KEY and INST, from common/store/apply.py): board seq, board meta hash,
---       board fence hash, id window directory, board resets hash (instance -> seq of its latest reset),
+--       board fence hash, id window directory,
 --       then per window instance i = 1..W: rank zset, overflow zset, the previous release's
---       state hash, tie index directory (ikey below).
+--       state hash, tie index directory, reset mark (the seq of its latest reset; ikey below).
 -- ARGV (positions in H, SRC, IA and EV): header, then S sources (fence field, topic id, low
 --       water), then per instance its expire-at ms (0 = never) and packing (tie bits, -1 = the
 --       general layout, and the ms its ties count from), then per event F fields: op, member,
@@ -28,7 +28,7 @@
 -- meta included. `reset` (its member is a selector: '*' = the whole board) empties every instance
 -- of the call, tie index and all, and for the whole board its meta; it is decided like any event
 -- (fence, id window), and its "state" per instance is the seq of the instance's latest reset,
--- this one's or, for a redelivery, the one the resets hash remembers.
+-- this one's or, for a redelivery, the one its reset mark remembers (which expires with it).
 --
 -- Exactly once: the fence keeps, per source (topic, partition), the topic id and the last
 -- (offset, where) applied, and the positions of events the script rejected since the source's
@@ -58,9 +58,6 @@ local KI = KEY._N  -- KEYS before the instances
 -- the key of instance i's rank (INST.RANK), overflow (INST.OVERFLOW), state hash (INST.STATE)
 -- or tie index (INST.INDEX)
 local function ikey(i, which) return KEYS[KI + INST._N * (i - 1) + which] end
--- instance i's name (`total`, `<window>:<period id>`): its tie index key after the board's
--- `<tag>:t:`, as long as the seq key's `<tag>:seq` (common/store/keys.py)
-local function iname(i) return string.sub(ikey(i, INST.INDEX), #KEYS[KEY.SEQ]) end
 local fmt = ENC.score
 local function enc(tie, member) return ENC.member(mode, tie, member) end
 
@@ -478,7 +475,7 @@ for _, ev in ipairs(events) do
   if want_state then
     for _, i in ipairs(inst) do
       if op == 'reset' then  -- the seq of the instance's latest reset ('': none remembered)
-        out[#out + 1] = reset and reset.seq or redis.call('HGET', KEYS[KEY.RESETS], iname(i)) or ''
+        out[#out + 1] = reset and reset.seq or redis.call('GET', ikey(i, INST.RESET)) or ''
       else
         local c = load(i, member)
         out[#out + 1] = c.present and ENC.state(fmt(c.score), c.tie) or ''
@@ -527,13 +524,14 @@ for i = 1, W do
   if #dirty[i] > 0 then flush(i, dirty[i]) end
 end
 -- an applied reset: its instances' keys go (their tie index's every bucket too), a whole
--- board's meta with them; the resets hash remembers its seq (a whole board's, only this one)
+-- board's meta with them; each instance's reset mark remembers its seq until the period expires
 if reset then
-  if reset.whole then redis.call('DEL', KEYS[KEY.META], KEYS[KEY.RESETS]) end
+  if reset.whole then redis.call('DEL', KEYS[KEY.META]) end
   for i = 1, W do
     TI.destroy(TI.new(ikey(i, INST.INDEX), tonumber(ARGV[H.CAP]), '0'))
     redis.call('DEL', ikey(i, INST.RANK), ikey(i, INST.OVERFLOW), ikey(i, INST.STATE))
-    redis.call('HSET', KEYS[KEY.RESETS], iname(i), reset.seq)
+    if expires[i] == '0' then redis.call('SET', ikey(i, INST.RESET), reset.seq)
+    else redis.call('SET', ikey(i, INST.RESET), reset.seq, 'PXAT', expires[i]) end
   end
 end
 if seq ~= seq0 then redis.call('SET', KEYS[KEY.SEQ], seq) end
