@@ -13,6 +13,7 @@ The period math of each kind lives in common/periods/; this module only parses a
 from __future__ import annotations
 
 import re
+from contextlib import suppress
 from dataclasses import dataclass
 from datetime import date, datetime
 from enum import StrEnum
@@ -150,14 +151,17 @@ def parse_instant(value: object, tz: ZoneInfo) -> int:
 
 
 def parse_anchor(value: object) -> date:
+    """A season rule's anchor: a date from 2000-01-01 to 2199-12-31 (seasons far past the
+    calendar's end would make every event of the type fail)."""
+    anchor = None
     if isinstance(value, date) and not isinstance(value, datetime):
-        return value
-    if isinstance(value, str):
-        try:
-            return date.fromisoformat(value)
-        except ValueError:
-            pass
-    raise WindowError(f"anchor must be a date (YYYY-MM-DD), got {value!r}")
+        anchor = value
+    elif isinstance(value, str):
+        with suppress(ValueError):
+            anchor = date.fromisoformat(value)
+    if anchor is None or not date(2000, 1, 1) <= anchor < date(2200, 1, 1):
+        raise WindowError(f"anchor must be a date (YYYY-MM-DD) in 2000..2199, got {value!r}")
+    return anchor
 
 
 def check_seasons(seasons: list[Season]) -> tuple[Season, ...]:

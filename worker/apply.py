@@ -91,10 +91,11 @@ class Outcome(NamedTuple):  # one per event: a tuple is the cheapest immutable r
 
 
 _FOREVER = 2**62
-# the error class a closed-board event is recorded under in its fence (apply.lua's op `x`), so a
-# redelivery of it is dead-lettered board_closed again, whatever the clock says then
+# apply.lua refuses an event sent as op `closed` (its board's activity ended) and records it in
+# the fence under this name, so a redelivery is dead-lettered board_closed again, whatever the
+# clock says then; one applied before the end stays a redelivery (or a duplicate)
 BOARD_CLOSED_MARK = "board_closed"
-_NOWHERE: list[Instance] = []  # a closed board's event counts in no instance
+CLOSED_OP = "closed"
 
 
 @dataclass(frozen=True, slots=True)
@@ -266,13 +267,12 @@ class Applier:
                 out.append(Instance(TOTAL_INSTANCE, 0, window_packing(board_type, window, 0)))
             elif window.periodic:
                 retention = board_type.retention[window.name]
-                periods = (
-                    recent_periods(window, retention, now, latest, tz)
-                    if period_id is None
-                    else [parse_period(window, period_id, tz)]
-                )
-                for period in periods:
-                    expire = expire_at_ms(window, period, retention, tz)
+                if period_id is None:
+                    periods = recent_periods(window, retention, now, latest, tz)
+                else:
+                    named = parse_period(window, period_id, tz)
+                    periods = [(named, expire_at_ms(window, named, retention, tz))]
+                for period, expire in periods:
                     packing = window_packing(board_type, window, period.start_ms)
                     out.append(Instance(window_instance(window.name, period.id), expire, packing))
         return out
@@ -299,7 +299,9 @@ class Applier:
                 else:
                     ends = board_type.ends_at_ms
                     closed = ends is not None and (ts >= ends or now >= ends + board_type.late_grace_ms)
-                    pairs, late = (_NOWHERE, 0) if closed else self._instances(board_type, ts, now, memo)
+                    # its instances all the same: a redelivery reports the member's state there
+                    pairs, late = self._instances(board_type, ts, now, memo)
+                    late = 0 if closed else late
             except Exception as exc:  # noqa: BLE001 - whatever it is, it is this event's alone
                 failures.append(Failure(event, exc))
                 continue
@@ -320,12 +322,14 @@ class Applier:
             event, position = entry.event, entry.position
             events.append(
                 ApplyEvent(
-                    op=Op.FAILED_MARKER.value if entry.closed else event.op.value,
-                    member=BOARD_CLOSED_MARK if entry.closed else event.member,
+                    op=CLOSED_OP if entry.closed else event.op.value,
+                    member=event.member,
                     score=event.score,
                     tie_ms=entry.ts,
                     meta=event.meta.decode() if event.meta is not None else "",
-                    mask=entry.mask,
+                    # a control op reaches every instance of its call: a mask of thousands of
+                    # bits would only slow (or, packed by hiredis, crash) the call
+                    mask=0 if chunk.control else entry.mask,
                     offset=0 if position is None else position.offset,
                     where=chunk.where(position),
                     fingerprint=fingerprint(event.id),

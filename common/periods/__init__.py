@@ -9,7 +9,7 @@ from zoneinfo import ZoneInfo
 
 from common.periods import calendar, fixed, seasons
 from common.periods.model import Period
-from common.windows import CALENDAR_KINDS, Window, WindowKind
+from common.windows import CALENDAR_KINDS, EARLIEST_MS, Window, WindowKind
 
 __all__ = [
     "Period",
@@ -81,32 +81,54 @@ def expire_at_ms(window: Window, period: Period, retention: int, tz: ZoneInfo) -
     return max(expire, period.end_ms)
 
 
-def recent_periods(window: Window, retention: int, now_ms: int, latest_ms: int, tz: ZoneInfo) -> list[Period]:
-    """Every period of `window` that may hold data at `now_ms`: it starts no later than
-    `latest_ms` (the latest accepted event time) and has not expired. Newest first."""
-    if window.kind is WindowKind.SEASON:  # a season's expiry is one step: ask it of each
+def recent_periods(
+    window: Window, retention: int, now_ms: int, latest_ms: int, tz: ZoneInfo
+) -> list[tuple[Period, int]]:
+    """Every period of `window` that may hold data at `now_ms`, with its expiry: it starts no
+    later than `latest_ms` (the latest accepted event time), ends after 2000, and has not
+    expired. Newest first. Linear in the periods kept (an erase asks it of every window)."""
+    if window.kind is WindowKind.SEASON:
+        if window.rule is None:  # named: a short season after a long one expires first
+            named = [seasons.parse_period(window, season.name, tz) for season in reversed(window.seasons)]
+            kept = [(p, expire_at_ms(window, p, retention, tz)) for p in named if p.start_ms <= latest_ms]
+            return [(p, expire) for p, expire in kept if expire > now_ms]
         newest = seasons.latest_at(window, latest_ms, tz)
-        out: list[Period] = []
-        while newest is not None and expire_at_ms(window, newest, retention, tz) > now_ms:
-            out.append(newest)
+        out: list[tuple[Period, int]] = []
+        while newest is not None and (expire := expire_at_ms(window, newest, retention, tz)) > now_ms:
+            out.append((newest, expire))
             newest = previous_period(window, newest, tz)
         return out
     # a calendar or fixed-length period expires when the `retention`-th period after it starts,
-    # or when it ends if that is later (asking expire_at_ms of each would walk the retention once
-    # per period). The walk starts 3 h past `latest_ms`: where a DST change repeats local times,
-    # a period with a later id can start before the one holding `latest_ms`.
-    period: Period | None = period_at(window, latest_ms + _REPEAT_MS, tz)
-    seen: list[Period] = []
-    kept: list[Period] = []
-    while period is not None:
-        seen.append(period)
-        later = seen[-1 - retention] if len(seen) > retention else None
-        if later is not None and later.start_ms <= now_ms and period.end_ms <= now_ms:
+    # or when it ends if that is later: one walk back, from `retention` periods past the newest,
+    # gives every expiry. It starts 3 h past `latest_ms`: where a DST change repeats local
+    # times, a period with a later id can start before the one holding `latest_ms`.
+    newest = period_at(window, latest_ms + _REPEAT_MS, tz)
+    assert newest is not None
+    chain = [*reversed(_following(window, newest, retention, tz)), newest]
+    kept_periods: list[tuple[Period, int]] = []
+    period: Period | None = newest
+    while period is not None and period.end_ms > EARLIEST_MS:
+        later = chain[-1 - retention]
+        if later.start_ms <= now_ms and period.end_ms <= now_ms:
             break
         if period.start_ms <= latest_ms:
-            kept.append(period)
+            kept_periods.append((period, max(later.start_ms, period.end_ms)))
         period = previous_period(window, period, tz)
-    return kept
+        if period is not None:
+            chain.append(period)
+    return kept_periods
+
+
+def _following(window: Window, period: Period, count: int, tz: ZoneInfo) -> list[Period]:
+    """The `count` periods after `period`, in order."""
+    out = []
+    for _ in range(count):
+        if window.kind is WindowKind.FIXED:
+            period = fixed.following(_minutes(window), period, tz)
+        else:
+            period = calendar.following(period, tz)
+        out.append(period)
+    return out
 
 
 class PeriodCache:

@@ -98,7 +98,7 @@ def parse_period(kind: WindowKind, period_id: str, tz: ZoneInfo) -> Period:
     return period
 
 
-@lru_cache(maxsize=4096)  # an hour's walks the retention: asked per API read and per period change
+@lru_cache(maxsize=65_536)  # an hour's walks the retention: asked per API read and per period change
 def expire_at_ms(period: Period, retention: int, tz: ZoneInfo) -> int:
     """When a period's keys expire: at the start of the period `retention` after it (hour with
     retention 72: the start of the 72nd hour after it). Counted from the period's nominal local
@@ -123,3 +123,13 @@ def previous(period: Period, tz: ZoneInfo) -> Period:
         label = _shift(period.kind, label, -1)
         before = _make(period.kind, label, tz)
     return before
+
+
+def following(period: Period, tz: ZoneInfo) -> Period:
+    """The period after `period` (an hour a DST change skips entirely is no period)."""
+    label = _shift(period.kind, _start_local(period.kind, local_of(period.start_ms, tz)), 1)
+    after = _make(period.kind, label, tz)
+    while after.end_ms <= after.start_ms:
+        label = _shift(period.kind, label, 1)
+        after = _make(period.kind, label, tz)
+    return after

@@ -63,9 +63,14 @@ def parse_period(minutes: int, period_id: str, tz: ZoneInfo) -> Period:
     if (start.hour * 60 + start.minute) % minutes:
         reason = "they start at local midnight, every"
         raise ValueError(f"{period_id!r} does not start a period ({reason} {minutes} minutes)")
-    if not _exists(minutes, start, tz):
-        raise ValueError(f"{period_id!r} names local times that a daylight-saving change skips in {tz.key}")
-    return _make(minutes, start, tz)
+    try:
+        if not _exists(minutes, start, tz):
+            raise ValueError(
+                f"{period_id!r} names local times that a daylight-saving change skips in {tz.key}"
+            )
+        return _make(minutes, start, tz)
+    except OverflowError:  # the last period of year 9999 ends beyond the calendar
+        raise ValueError(what) from None
 
 
 def previous(minutes: int, period: Period, tz: ZoneInfo) -> Period:
@@ -75,7 +80,14 @@ def previous(minutes: int, period: Period, tz: ZoneInfo) -> Period:
     return _make(minutes, label, tz)
 
 
-@lru_cache(maxsize=4096)
+def following(minutes: int, period: Period, tz: ZoneInfo) -> Period:
+    label = datetime.strptime(period.id, "%Y-%m-%dT%H:%M") + timedelta(minutes=minutes)
+    while not _exists(minutes, label, tz):
+        label += timedelta(minutes=minutes)
+    return _make(minutes, label, tz)
+
+
+@lru_cache(maxsize=65_536)  # one per period kept: the hot nodes' sweep asks each
 def expire_at_ms(minutes: int, period_id: str, retention: int, tz: ZoneInfo) -> int:
     """The start of the period `retention` after it, counting only periods that exist."""
     label, counted = datetime.strptime(period_id, "%Y-%m-%dT%H:%M"), 0

@@ -124,6 +124,9 @@ def _event_args(ev: ApplyEvent) -> tuple[ArgT, ...]:
     return (*ev[:_SCORE], format_score(ev.score), *ev[_SCORE + 1 :])
 
 
+_CONTROL = frozenset({Op.ERASE.value, Op.RESET.value})
+
+
 def _count_bits(mask: int) -> int:
     return bin(mask).count("1")
 
@@ -206,7 +209,8 @@ class ApplyScript:
             resets: tuple[int, ...] = ()
             meta: bytes | None = None
             if req.want_state:
-                n = _count_bits(ev.mask)
+                # a control op counts in every instance of its call, whatever its mask (0)
+                n = len(req.instances) if ev.op in _CONTROL else _count_bits(ev.mask)
                 if ev.op == Op.RESET:  # no member: per instance its latest reset's seq ('': none)
                     states = (None,) * n
                     resets = tuple(int(raw or 0) for raw in reply[pos : pos + n])

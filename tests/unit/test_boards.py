@@ -373,6 +373,12 @@ BAD_CONFIGS: list[tuple[str, str, str, str]] = [
         "types.g.seasons",
         "anchor must be a date",
     ),
+    (
+        "anchor past the calendar",
+        "types: {g: {windows: [season], seasons: {every_days: 3660, anchor: 9999-01-01}}}",
+        "types.g.seasons",
+        "in 2000..2199",
+    ),
     ("bad ends_at", "types: {g: {ends_at: tomorrow}}", "types.g.ends_at", "not an ISO 8601 date-time"),
     (
         "fixed retention too long",

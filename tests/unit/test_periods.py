@@ -186,7 +186,7 @@ def test_seasons_every_n_days_from_an_anchor():
 
 def test_recent_periods_are_those_not_expired_up_to_the_latest_event_time():
     now = ms("2026-11-22 13:45")
-    got = recent_periods(THIRTY, 4, now, now + 3_600_000, SH)
+    got = [p for p, _ in recent_periods(THIRTY, 4, now, now + 3_600_000, SH)]
     assert [p.id for p in got] == [
         "2026-11-22T14:30",
         "2026-11-22T14:00",
@@ -195,9 +195,9 @@ def test_recent_periods_are_those_not_expired_up_to_the_latest_event_time():
         "2026-11-22T12:30",
         "2026-11-22T12:00",  # expires at 14:00: four periods after it
     ]
-    assert [p.id for p in recent_periods(NAMED, 4, ms("2026-10-05 00:00"), ms("2026-10-06 00:00"), SH)] == [
-        "s1"
-    ]
+    assert [
+        p.id for p, _ in recent_periods(NAMED, 4, ms("2026-10-05 00:00"), ms("2026-10-06 00:00"), SH)
+    ] == ["s1"]
 
 
 def test_the_stretch_between_seasons_holds_no_season():
@@ -214,3 +214,29 @@ def test_the_stretch_between_seasons_holds_no_season():
         ms("2026-10-01 00:00"),
         ms("2026-10-15 00:00"),
     )
+
+
+def test_recent_named_seasons_include_a_long_one_kept_after_a_short_one_expired():
+    long_short = Window(
+        "season",
+        WindowKind.SEASON,
+        seasons=(
+            Season("long", ms("2027-01-01 00:00"), ms("2027-04-01 00:00")),
+            Season("short", ms("2027-04-02 00:00"), ms("2027-04-03 00:00")),
+        ),
+    )
+    got = recent_periods(long_short, 4, ms("2027-04-10 00:00"), ms("2027-04-11 00:00"), SH)
+    assert [(p.id, expire) for p, expire in got] == [("long", ms("2027-01-01 00:00") + 4 * 90 * 86_400_000)]
+
+
+def test_recent_periods_stay_linear_and_after_2000_at_the_largest_retentions():
+    now = ms("2027-04-10 00:00")
+    assert len(recent_periods(DAY, 36_600, now, now, SH)) == (now - ms("2000-01-01 00:00")) // 86_400_000 + 1
+    hours = recent_periods(HOUR, 9_600, now, now + 86_400_000, SH)
+    assert len(hours) == 9_600 + 24
+    assert all(expire == expire_at_ms(HOUR, p, 9_600, SH) for p, expire in hours[::997])
+
+
+def test_the_last_fixed_period_of_the_calendar_is_a_bad_id():
+    with pytest.raises(ValueError, match="period id"):
+        parse_period(THIRTY, "9999-12-31T23:30", SH)

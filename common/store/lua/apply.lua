@@ -423,6 +423,12 @@ for _, ev in ipairs(events) do
     if src then src.rejected[pos_key(offset, sub)] = member end
   elseif IDW.seen(ids, fp) or (legacy and (legacy_new[legacy_key] or redis.call('EXISTS', legacy_key) == 1)) then
     status = ST.DUPLICATE  -- a duplicate of an applied event is a duplicate, whatever it would do now
+  elseif op == 'closed' then
+    -- its board's activity ended (worker/apply.py): refused, and remembered so a redelivery is
+    -- refused again whatever the clock says then (a redelivery of one applied before the end is
+    -- fenced above, a producer retry of one a duplicate, and both report today's state)
+    status, failed_as = ST.FAILED, 'board_closed'
+    if src then src.rejected[pos_key(offset, sub)] = failed_as end
   elseif op == 'reset' then
     -- applied now, done in phase 2 (the call's instances are what it empties)
     status = ST.APPLIED
