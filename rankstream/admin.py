@@ -2,7 +2,8 @@
 flowing. Each produces one control message (common/control.py) on update_rank, keyed by the
 board, so the worker applies it in order with the board's events, exactly once (the board's
 offset fence), and publishes what hot nodes need in the same transaction. Then, unless told not
-to, it waits until the board's fence in Redis shows the worker got that far.
+to, it waits until the worker group committed past it, and says whether it was applied (the
+board's fence shows it) or dead-lettered (rankstream/outcome.py).
 
 erase  <board> <member>                 the member leaves every window instance and the meta
 reset  <board> [--window W [--period P]] the whole board (its meta too), one window, or one period
@@ -10,7 +11,6 @@ reset  <board> [--window W [--period P]] the whole board (its meta too), one win
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any, ParamSpec, TypeVar
 
@@ -31,10 +31,10 @@ from common.events import Op
 from common.settings import Settings
 from common.store.encoding import text
 from common.store.keys import BoardKeys
+from rankstream.outcome import dead_letter_reason, wait_handled
 from worker.sources import describe_topic
 
 DELIVERY_TIMEOUT_S = 30.0
-POLL_S = 0.2
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
 
@@ -109,30 +109,29 @@ def _send(settings: Settings, board: str, message: Message, what: str, *, wait_s
     where = f"{topic}[{partition}] offset {offset}"
     if wait_s is None:
         return f"{what}: produced at {where} (not waiting for the worker)"
-    if not _wait_applied(settings, board, partition, offset, wait_s):
+    if not wait_handled(settings, partition, offset, wait_s):
         raise NotAppliedError(
-            f"{what}: produced at {where}, but no worker applied it within {wait_s:g} s "
+            f"{what}: produced at {where}, but no worker handled it within {wait_s:g} s "
             "(it stays on the topic: a worker applies it when it gets there)"
         )
+    reason = dead_letter_reason(settings, partition, offset, int(msg.timestamp()[1]))
+    if reason is not None:
+        raise NotAppliedError(f"{what}: NOT applied, the worker dead-lettered it ({reason}) at {where}")
+    if not _fence_passed(settings, board, partition, offset):
+        raise NotAppliedError(f"{what}: handled at {where}, but the board's fence in Redis does not show it")
     return f"{what}: applied (at {where})"
 
 
-def _wait_applied(settings: Settings, board: str, partition: int, offset: int, wait_s: float) -> bool:
-    """Until the board's fence for the partition, of this very topic (its id), reaches `offset`."""
+def _fence_passed(settings: Settings, board: str, partition: int, offset: int) -> bool:
+    """The board's fence for the partition, of this very topic (its id), reached `offset`."""
     topic = settings.topic_updates
     topic_id, _ = describe_topic(AdminClient(settings.librdkafka()), topic)
     client = redis_client(settings)
-    fence, field = BoardKeys(settings.key_prefix, board).fence, f"{topic}:{partition}"
-    deadline = time.monotonic() + wait_s
     try:
-        while True:
-            raw = text(client.hget(fence, field))  # "<topic id>|<offset>|<where>" (apply.lua)
-            if raw is not None:
-                found_id, found, _ = raw.split("|")
-                if found_id == topic_id and int(found) >= offset:
-                    return True
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(POLL_S)
+        raw = text(client.hget(BoardKeys(settings.key_prefix, board).fence, f"{topic}:{partition}"))
     finally:
         client.close()
+    if raw is None:  # "<topic id>|<offset>|<where>" (apply.lua)
+        return False
+    found_id, found, _ = raw.split("|")
+    return found_id == topic_id and int(found) >= offset

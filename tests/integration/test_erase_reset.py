@@ -308,6 +308,20 @@ def test_resets_of_a_period_a_window_and_a_board_and_erase_through_the_command_l
             assert done.returncode == 2 and done.stdout == "", done
             assert len(lines) == 1 and lines[0].startswith("rankstream: ") and words in lines[0], done.stderr
         assert admin_ops(loop.metrics, "erase") == 2 and admin_ops(loop.metrics, "reset") == 4
+
+        # a command whose config has a window the worker's lacks: the worker dead-letters the
+        # message (bad_control), and the command says so instead of "applied"
+        text = settings.boards.read_text()
+        assert text.count("[total, hour, day, week, month]") == 1, text
+        wider = tmp_path / "cli-boards.yaml"
+        wider.write_text(
+            text.replace("[total, hour, day, week, month]", "[total, hour, day, week, month, year]")
+        )
+        done = cli(make_settings(boards=wider), "reset", board, "--window", "year")
+        lines = done.stderr.strip().splitlines()
+        assert done.returncode == 1 and len(lines) == 1, done
+        assert "NOT applied, the worker dead-lettered it (bad_control)" in lines[0], done.stderr
+        produced += 1
     assert committed_total(settings) == produced
 
 
