@@ -335,7 +335,10 @@ def decode_call(req: ApplyRequest) -> SentCall:
                 score=format_score(ev.score),
                 ts=ev.tie_ms,
                 meta=ev.meta,
-                instances=tuple(name for i, name in enumerate(instances) if ev.mask >> i & 1),
+                # a control op (erase, reset) counts in every instance of its call (mask 0)
+                instances=instances
+                if ev.op in ("erase", "reset")
+                else tuple(name for i, name in enumerate(instances) if ev.mask >> i & 1),
             )
         )
     return SentCall(
@@ -403,8 +406,11 @@ class ScriptStub:
     def _apply(self, call: SentCall) -> list[Any]:
         reply: list[Any] = []
         for event in call.events:
+            failed_as = None
             if (call.board, event.id) in self._seen:
                 status = 0
+            elif event.op == "closed":  # apply.lua: refused after the id window, nothing written
+                status, failed_as = 4, "board_closed"
             else:
                 status = 1
                 self._seen.add((call.board, event.id))
@@ -413,7 +419,10 @@ class ScriptStub:
                 for name in event.instances:
                     key = (call.board, name, event.member)
                     score = float(event.score)
-                    if event.op == "delete":
+                    if event.op == "reset":
+                        for gone in [k for k in self._scores if k[:2] == (call.board, name)]:
+                            del self._scores[gone]
+                    elif event.op in ("delete", "erase"):
                         self._scores.pop(key, None)
                     elif event.op == "incr":
                         self._scores[key] = self._scores.get(key, 0.0) + score
@@ -422,8 +431,13 @@ class ScriptStub:
                     else:
                         self._scores[key] = score
             reply += [status, self._seq.get(call.board, 0)]
+            if failed_as is not None:
+                reply.append(failed_as.encode())
             if call.want_state:
                 for name in event.instances:
+                    if event.op == "reset":  # per instance the seq of its latest reset
+                        reply.append(str(self._seq.get(call.board, 0)).encode())
+                        continue
                     current = self._scores.get((call.board, name, event.member))
                     reply.append("" if current is None else f"{current:g}|{event.ts}".encode())
                 reply.append(event.meta.encode())

@@ -169,9 +169,9 @@ def test_a_control_op_gets_a_call_of_its_own_holding_every_instance_it_touches()
     days = [name for name in erased.instances if name.startswith("day:")]
     assert erased.instances[0] == "total" and len(hours) == 60 + 24 and len(days) == 3 + 1
     assert len(erased.instances) > MAX_INSTANCES_PER_CALL
-    # mask 0: apply.lua takes every instance of a control op's call (thousands of bits would
-    # only slow the call down, and hiredis crashed packing them)
-    assert erased.events[0].instances == ()
+    # sent with mask 0: apply.lua (and the stub) take every instance of a control op's call
+    # (thousands of mask bits would only slow the call down, and hiredis crashed packing them)
+    assert erased.events[0].instances == erased.instances
     assert reset_call.instances == tuple(hours)  # --window hour: its periods only
     assert [o.event.id for o in outcomes] == ["e1", "erase:1", "e2", "reset:1"]
 
@@ -248,3 +248,32 @@ def test_a_hot_board_keeps_a_members_meta_while_another_instance_holds_it():
 def test_a_reset_record_round_trips():
     key, value = reset_record("gift:r0", "day:2026-11-22", 42)
     assert decode(key, value) == Record(Kind.RESET, "gift:r0", "day:2026-11-22", "", 0.0, 0, 42, None)
+
+
+HOT_AND_CLOSING = parse_boards(
+    "types:\n"
+    "  gift: {windows: [total, hour]}\n"
+    "  promo: {windows: [total], ends_at: '2020-01-01T00:00:00Z'}\n"
+    "hot:\n  - {board: 'gift:a'}\n"
+)
+
+
+def test_a_hot_board_gets_a_state_or_a_reset_seq_for_every_instance_of_a_control_op():
+    applier = Applier(unused_redis(), HOT_AND_CLOSING, "t:", 60_000, now_ms=lambda: BASE_MS)
+    install_script(applier, ScriptStub())
+    erase = update("erase:1", "gift:a", member="m1")[0]._replace(op=Op.ERASE)
+    reset = update("reset:1", "gift:a", member="*")[0]._replace(op=Op.RESET)
+    outcomes = applier.apply([update("e1", "gift:a", member="m1"), (erase, BASE_MS), (reset, BASE_MS)])
+    erased, reset_done = outcomes[1], outcomes[2]
+    assert len(erased.states) > MAX_INSTANCES_PER_CALL and set(erased.states.values()) == {None}
+    assert reset_done.resets is not None and set(reset_done.resets) == set(reset_done.states)
+    assert set(reset_done.resets.values()) == {reset_done.seq}
+
+
+def test_an_event_of_an_ended_activity_is_refused_board_closed():
+    applier = Applier(unused_redis(), HOT_AND_CLOSING, "t:", 60_000, now_ms=lambda: BASE_MS)
+    script = ScriptStub()
+    install_script(applier, script)
+    (outcome,) = applier.apply([update("p1", "promo:x")])
+    assert (outcome.status.name, outcome.failed_as) == ("FAILED", "board_closed")
+    assert script.calls[0].events[0].op == "closed" and script.applied == []
