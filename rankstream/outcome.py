@@ -12,6 +12,7 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 from common.clients import kafka_consumer
 from common.errors import InfrastructureError
 from common.settings import Settings
+from common.store.encoding import text
 from worker.dlq import HEADER_OFFSET, HEADER_PARTITION, HEADER_REASON, HEADER_TOPIC
 from worker.sources import commits_reader, group_commits
 
@@ -106,16 +107,12 @@ def _scan(
                 if (msg.offset() or 0) >= ends.get(msg.partition() or 0, (0, 0))[1]:
                     pending.discard(msg.partition() or 0)
             else:
-                headers = {pair[0]: _text(pair[1]) for pair in msg.headers() or [] if pair[1] is not None}
+                headers = dict(msg.headers() or [])  # only the source's and the reason's are read
                 if (
-                    tuple(headers.get(h, "") for h in (HEADER_TOPIC, HEADER_PARTITION, HEADER_OFFSET))
+                    tuple(text(headers.get(h)) for h in (HEADER_TOPIC, HEADER_PARTITION, HEADER_OFFSET))
                     == source
                 ):
-                    return headers.get(HEADER_REASON) or "unknown"
+                    return text(headers.get(HEADER_REASON)) or "unknown"
         positions = reader.position([TopicPartition(dlq, p) for p in pending])
         pending -= {tp.partition for tp in positions if tp.offset >= ends[tp.partition][1]}
     return None
-
-
-def _text(value: str | bytes) -> str:
-    return value if isinstance(value, str) else value.decode(errors="replace")

@@ -13,12 +13,12 @@ from typing import NamedTuple
 
 import redis
 
-from common.boards import BoardsConfig, BoardType, WindowKind
+from common.boards import BoardsConfig, BoardType, Window, WindowKind
 from common.control import parse_selector
 from common.errors import InfrastructureError
 from common.events import CONTROL_OPS, Op, UpdateEvent, ts_ceiling
 from common.idwindow import LISTPACK_CAP, fingerprint
-from common.periods import PeriodCache, expire_at_ms, no_period_span, parse_period, recent_periods
+from common.periods import Period, PeriodCache, expire_at_ms, no_period_span, parse_period, recent_periods
 from common.store.apply import (
     ApplyEvent,
     ApplyReply,
@@ -232,8 +232,7 @@ class Applier:
                 # a period whose keys already expired can't take the event either: PEXPIREAT in
                 # the past would delete the whole period (retention 1 with a late grace did)
                 late_after = min(period.end_ms + board_type.late_grace_ms, expire)
-                packing = window_packing(board_type, window, period.start_ms)
-                slots.append((Instance(window_instance(window.name, period.id), expire, packing), late_after))
+                slots.append((_period_instance(board_type, window, period, expire), late_after))
                 start, end = max(start, period.reuse_from), min(end, period.reuse_until)
             # rolling windows (last_<N>...) are not applied yet: see README "Windows"
         cached = _Slots(start, end, slots)
@@ -272,9 +271,7 @@ class Applier:
                 else:
                     named = parse_period(window, period_id, tz)
                     periods = [(named, expire_at_ms(window, named, retention, tz))]
-                for period, expire in periods:
-                    packing = window_packing(board_type, window, period.start_ms)
-                    out.append(Instance(window_instance(window.name, period.id), expire, packing))
+                out += [_period_instance(board_type, window, period, expire) for period, expire in periods]
         return out
 
     def _chunks(
@@ -424,6 +421,12 @@ class Applier:
         marker.add(failed, entry.ts, [], entry.late, entry.position)
         (reply,) = self._script.run_many(self._client, [self._request(marker, False)])
         _decode(marker, False, reply, self.epoch)  # raises what the call raised
+
+
+def _period_instance(board_type: BoardType, window: Window, period: Period, expire: int) -> Instance:
+    """The instance of one period of a window, expiring at `expire`, packed as its type packs."""
+    packing = window_packing(board_type, window, period.start_ms)
+    return Instance(window_instance(window.name, period.id), expire, packing)
 
 
 def _rounds(chunks: list[_Chunk]) -> list[list[_Chunk]]:

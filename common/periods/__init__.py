@@ -61,11 +61,9 @@ def parse_period(window: Window, period_id: str, tz: ZoneInfo) -> Period:
 
 def previous_period(window: Window, period: Period, tz: ZoneInfo) -> Period | None:
     """The period before `period` in the same window (trend=1's prev_rank); None: it is the first."""
-    if window.kind in CALENDAR_KINDS:
-        return calendar.previous(period, tz)
-    if window.kind is WindowKind.FIXED:
-        return fixed.previous(_minutes(window), period, tz)
-    return seasons.previous(window, period, tz)
+    if window.kind is WindowKind.SEASON:
+        return seasons.previous(window, period, tz)
+    return _step(window, period, -1, tz)
 
 
 def expire_at_ms(window: Window, period: Period, retention: int, tz: ZoneInfo) -> int:
@@ -89,7 +87,7 @@ def recent_periods(
     expired. Newest first. Linear in the periods kept (an erase asks it of every window)."""
     if window.kind is WindowKind.SEASON:
         if window.rule is None:  # named: a short season after a long one expires first
-            named = [seasons.parse_period(window, season.name, tz) for season in reversed(window.seasons)]
+            named = reversed(seasons.named_periods(window))
             kept = [(p, expire_at_ms(window, p, retention, tz)) for p in named if p.start_ms <= latest_ms]
             return [(p, expire) for p, expire in kept if expire > now_ms]
         newest = seasons.latest_at(window, latest_ms, tz)
@@ -123,12 +121,16 @@ def _following(window: Window, period: Period, count: int, tz: ZoneInfo) -> list
     """The `count` periods after `period`, in order."""
     out = []
     for _ in range(count):
-        if window.kind is WindowKind.FIXED:
-            period = fixed.following(_minutes(window), period, tz)
-        else:
-            period = calendar.following(period, tz)
+        period = _step(window, period, 1, tz)
         out.append(period)
     return out
+
+
+def _step(window: Window, period: Period, direction: int, tz: ZoneInfo) -> Period:
+    """A calendar or fixed-length period's neighbour: after it (1) or before it (-1)."""
+    if window.kind is WindowKind.FIXED:
+        return fixed.step(_minutes(window), period, direction, tz)
+    return calendar.step(period, direction, tz)
 
 
 class PeriodCache:

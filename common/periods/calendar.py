@@ -115,21 +115,12 @@ def expire_at_ms(period: Period, retention: int, tz: ZoneInfo) -> int:
     return first_instant(label, tz)
 
 
-def previous(period: Period, tz: ZoneInfo) -> Period:
-    """The period before `period` (an hour a DST change skips entirely is no period)."""
-    label = _shift(period.kind, _start_local(period.kind, local_of(period.start_ms, tz)), -1)
-    before = _make(period.kind, label, tz)
-    while before.end_ms <= before.start_ms:
-        label = _shift(period.kind, label, -1)
-        before = _make(period.kind, label, tz)
-    return before
-
-
-def following(period: Period, tz: ZoneInfo) -> Period:
-    """The period after `period` (an hour a DST change skips entirely is no period)."""
-    label = _shift(period.kind, _start_local(period.kind, local_of(period.start_ms, tz)), 1)
-    after = _make(period.kind, label, tz)
-    while after.end_ms <= after.start_ms:
-        label = _shift(period.kind, label, 1)
-        after = _make(period.kind, label, tz)
-    return after
+def step(period: Period, direction: int, tz: ZoneInfo) -> Period:
+    """The period after `period` (direction 1) or before it (-1); an hour a DST change skips
+    entirely is no period."""
+    label = _shift(period.kind, _start_local(period.kind, local_of(period.start_ms, tz)), direction)
+    found = _make(period.kind, label, tz)
+    while found.end_ms <= found.start_ms:
+        label = _shift(period.kind, label, direction)
+        found = _make(period.kind, label, tz)
+    return found

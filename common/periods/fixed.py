@@ -73,17 +73,13 @@ def parse_period(minutes: int, period_id: str, tz: ZoneInfo) -> Period:
         raise ValueError(what) from None
 
 
-def previous(minutes: int, period: Period, tz: ZoneInfo) -> Period:
-    label = datetime.strptime(period.id, "%Y-%m-%dT%H:%M") - timedelta(minutes=minutes)
+def step(minutes: int, period: Period, direction: int, tz: ZoneInfo) -> Period:
+    """The period after `period` (direction 1) or before it (-1), skipping local times that a
+    DST change skips."""
+    shift = timedelta(minutes=minutes * direction)
+    label = datetime.strptime(period.id, "%Y-%m-%dT%H:%M") + shift
     while not _exists(minutes, label, tz):
-        label -= timedelta(minutes=minutes)
-    return _make(minutes, label, tz)
-
-
-def following(minutes: int, period: Period, tz: ZoneInfo) -> Period:
-    label = datetime.strptime(period.id, "%Y-%m-%dT%H:%M") + timedelta(minutes=minutes)
-    while not _exists(minutes, label, tz):
-        label += timedelta(minutes=minutes)
+        label += shift
     return _make(minutes, label, tz)
 
 

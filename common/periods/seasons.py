@@ -39,27 +39,28 @@ def season_index(rule: SeasonRule, ts_ms: int, tz: ZoneInfo) -> int:
     return days // rule.every_days
 
 
+def _started(window: Window, ts_ms: int) -> int:
+    """How many of the named seasons start at or before `ts_ms`."""
+    return bisect.bisect_right([season.start_ms for season in window.seasons], ts_ms)
+
+
+def named_periods(window: Window) -> list[Period]:
+    """The named seasons as periods, in time order."""
+    return [_named(season) for season in window.seasons]
+
+
 def period_at(window: Window, ts_ms: int, tz: ZoneInfo) -> Period | None:
     """The season open at `ts_ms`; None between seasons (or before the first)."""
-    if window.rule is not None:
-        k = season_index(window.rule, ts_ms, tz)
-        if k < 0:
-            return None
-        return _ruled(window.rule, k, tz)
-    starts = [season.start_ms for season in window.seasons]
-    at = bisect.bisect_right(starts, ts_ms) - 1
-    if at < 0 or ts_ms >= window.seasons[at].end_ms:
-        return None
-    return _named(window.seasons[at])
+    latest = latest_at(window, ts_ms, tz)  # ruled seasons follow each other without a gap
+    return latest if latest is not None and ts_ms < latest.end_ms else None
 
 
 def gap_around(window: Window, ts_ms: int, tz: ZoneInfo) -> tuple[int, int]:
     """[from, until): the stretch between seasons holding `ts_ms` (which no season holds)."""
     if window.rule is not None:  # before the first season: from the start of time
         return 0, _ruled(window.rule, 0, tz).start_ms
-    starts = [season.start_ms for season in window.seasons]
-    at = bisect.bisect_right(starts, ts_ms)
-    after = window.seasons[at].start_ms if at < len(starts) else 2**62
+    at = _started(window, ts_ms)
+    after = window.seasons[at].start_ms if at < len(window.seasons) else 2**62
     return (window.seasons[at - 1].end_ms if at else 0), after
 
 
@@ -68,7 +69,7 @@ def latest_at(window: Window, ts_ms: int, tz: ZoneInfo) -> Period | None:
     if window.rule is not None:
         k = season_index(window.rule, ts_ms, tz)
         return None if k < 0 else _ruled(window.rule, k, tz)
-    at = bisect.bisect_right([season.start_ms for season in window.seasons], ts_ms) - 1
+    at = _started(window, ts_ms) - 1
     return None if at < 0 else _named(window.seasons[at])
 
 
