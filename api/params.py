@@ -113,11 +113,13 @@ def target(request: web.Request) -> Target:
     reverse = Order(order) is not board_type.order
     if window.kind is WindowKind.TOTAL:
         return Target(board, board_type, name, "all", TOTAL_INSTANCE, reverse, Ties(ties))
-    if not window.periodic:
-        raise ApiError(400, "bad_window", f"rolling window {name!r} is not served yet")
     state = request.app[APP_STATE]
     tz, now = state.boards.timezone, state.clock()
     period = _period(request, window, tz, now, ts_ceiling(state.max_future_skew_s, now))
+    if window.kind is WindowKind.ROLLING and period.start_ms > now:
+        # the next one is being prepared (worker/rolling.py): whole only once it begins
+        message = f"period {period.id!r} of rolling window {name!r} has not begun"
+        raise ApiError(400, "bad_period", message)
     retention = board_type.retention[name]
     if expire_at_ms(window, period, retention, tz) <= now:
         message = f"period {period.id!r} of window {name!r} is past its retention ({retention} periods)"

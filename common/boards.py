@@ -54,6 +54,9 @@ DEFAULT_RETENTION: Mapping[str, int] = MappingProxyType(
     {"hour": 72, "day": 31, "week": 8, "month": 12, "year": 5, SEASON_WINDOW: 4}
 )
 DEFAULT_FIXED_RETENTION_DAYS = 3  # a fixed-length window keeps 3 days of periods (30min: 144)
+# a rolling window keeps its current period and the previous one (trend=1) unless told more: each
+# period is a whole board; its buckets are kept N units whatever this says
+DEFAULT_ROLLING_RETENTION = 2
 
 # At most a century of periods kept (hours: 400 days, counted one by one across DST changes), and
 # a late grace of at most a year: expiry and lateness stay far inside the calendar's range.
@@ -91,6 +94,11 @@ class BoardType:
     # an activity's end: events at or after it, or processed after it plus late_grace, are
     # dead-lettered with board_closed (reads go on until retention ends)
     ends_at_ms: int | None = None
+    rolling: tuple[Window, ...] = field(init=False, repr=False, compare=False)  # its last_<N>... windows
+
+    def __post_init__(self) -> None:
+        rolling = tuple(w for w in self.windows if w.kind is WindowKind.ROLLING)
+        object.__setattr__(self, "rolling", rolling)
 
     def window(self, name: str) -> Window:
         for window in self.windows:
@@ -385,8 +393,8 @@ def _retention(declared: dict[str, int], windows: list[Window], path: str) -> di
             reason = (
                 f"window {key!r} is not in this type's windows"
                 if key in DEFAULT_RETENTION
-                else f"{key!r} is not a period window (retention applies to calendar, fixed-length "
-                "and season windows)"
+                else f"{key!r} is not a period window (retention applies to calendar, fixed-length, "
+                "season and rolling windows)"
             )
             raise _InvalidConfigError(f"{path}.retention.{key}", reason)
         if periods > limits[key]:
@@ -397,6 +405,8 @@ def _retention(declared: dict[str, int], windows: list[Window], path: str) -> di
         if window.kind is WindowKind.FIXED:
             assert window.minutes is not None
             default = DEFAULT_FIXED_RETENTION_DAYS * DAY_MINUTES // window.minutes
+        elif window.kind is WindowKind.ROLLING:
+            default = DEFAULT_ROLLING_RETENTION
         else:
             default = DEFAULT_RETENTION[window.kind.value]
         out[name] = declared.get(name, default)
@@ -407,7 +417,8 @@ def _retention_limit(window: Window) -> int:
     if window.kind is WindowKind.FIXED:
         assert window.minutes is not None
         return MAX_FIXED_RETENTION_DAYS * DAY_MINUTES // window.minutes
-    return MAX_RETENTION[window.kind.value]
+    kind = window.calendar_kind or window.kind  # a rolling window: as many as its unit's calendar window
+    return MAX_RETENTION[kind.value]
 
 
 def _seasons(

@@ -88,10 +88,10 @@ def reset_selector(boards: BoardsConfig, board_type: BoardType, window: object, 
         names = ", ".join(w.name for w in board_type.windows)
         raise _bad(f"window {window!r} is not one of board type {board_type.name!r}'s windows ({names})")
     found = board_type.window(window)
-    if found.kind is WindowKind.ROLLING:
-        raise _bad(f"window {window!r} is rolling: rolling windows are not stored yet, nothing to reset")
     if period is None:
         return window
+    if found.kind is WindowKind.ROLLING:  # its periods are sums of the same buckets
+        raise _bad(f"window {window!r} is rolling: reset it whole, without a period")
     if not found.periodic:
         raise _bad(f"window {window!r} has no periods: reset it without a period")
     if not isinstance(period, str):

@@ -5,7 +5,8 @@
     <N>min  <N>h                fixed-length periods whose length divides 24 h, from local midnight
     season                      the type's `seasons:` (named, with start and end instants, or
                                 every N days from an anchor date)
-    last_<N>h|d|w|m             rolling: the sum of the newest N buckets (not applied yet)
+    last_<N>h|d|w|m             rolling: the sum of the newest N buckets (calendar hours, days, ISO
+                                weeks or months); its periods are named by their newest bucket
 
 The period math of each kind lives in common/periods/; this module only parses and describes.
 """
@@ -42,7 +43,9 @@ CALENDAR_KINDS = frozenset(
     {WindowKind.HOUR, WindowKind.DAY, WindowKind.WEEK, WindowKind.MONTH, WindowKind.YEAR}
 )
 # windows made of periods: each has period ids, retention, late grace and a previous period
-PERIOD_KINDS = CALENDAR_KINDS | {WindowKind.FIXED, WindowKind.SEASON}
+PERIOD_KINDS = CALENDAR_KINDS | {WindowKind.FIXED, WindowKind.SEASON, WindowKind.ROLLING}
+# a rolling window's buckets, by its unit letter: the calendar periods of that kind
+ROLLING_UNITS = {"h": WindowKind.HOUR, "d": WindowKind.DAY, "w": WindowKind.WEEK, "m": WindowKind.MONTH}
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +79,21 @@ class Window:
     @property
     def periodic(self) -> bool:
         return self.kind in PERIOD_KINDS
+
+    @property
+    def calendar_kind(self) -> WindowKind | None:
+        """The calendar kind of the window's periods: its own, or a rolling window's bucket unit
+        (a rolling period is named by, and lasts as long as, its newest bucket); None otherwise."""
+        if self.kind is WindowKind.ROLLING:
+            assert self.rolling_unit is not None
+            return ROLLING_UNITS[self.rolling_unit]
+        return self.kind if self.kind in CALENDAR_KINDS else None
+
+    @property
+    def count(self) -> int:
+        """A rolling window's N: how many buckets it sums."""
+        assert self.rolling_count is not None
+        return self.rolling_count
 
 
 class WindowError(ValueError):

@@ -281,6 +281,15 @@ class LocalRedis(_Server):
         argv = [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--daemonize", "no"]
         argv += ["--dir", str(self.folder), "--logfile", str(self.folder / "redis.log"), "--save", ""]
         argv += ["--appendonly", "yes" if self.persist else "no"]
+        # big keys (a million-member rolling period expiring, a reset) are freed off Redis' thread
+        argv += [
+            "--lazyfree-lazy-expire",
+            "yes",
+            "--lazyfree-lazy-user-del",
+            "yes",
+            "--lazyfree-lazy-server-del",
+            "yes",
+        ]
         self._spawn(argv)
         deadline = time.monotonic() + timeout
         client = redis.Redis(port=self.port, socket_connect_timeout=0.5)

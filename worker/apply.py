@@ -20,6 +20,7 @@ from common.events import CONTROL_OPS, Op, UpdateEvent, ts_ceiling
 from common.idwindow import LISTPACK_CAP, fingerprint
 from common.periods import Period, PeriodCache, expire_at_ms, no_period_span, parse_period, recent_periods
 from common.store.apply import (
+    DERIVED,
     ApplyEvent,
     ApplyReply,
     ApplyRequest,
@@ -29,8 +30,9 @@ from common.store.apply import (
     Instance,
 )
 from common.store.encoding import MemberState, Status, tie_mode, window_packing
-from common.store.keys import TOTAL_INSTANCE, BoardKeys, window_instance
+from common.store.keys import TOTAL_INSTANCE, BoardKeys, rolling_due, window_instance
 from worker.faults import is_infrastructure
+from worker.rolling_slots import RollingSlots, unit_window
 
 _log = logging.getLogger(__name__)
 MAX_EVENTS_PER_CALL = 500  # bounds the time one script blocks Redis
@@ -105,6 +107,21 @@ class _Slots:
     slots: list[tuple[Instance, int]]  # (instance, late after ms)
 
 
+class _Counted(NamedTuple):
+    pairs: list[Instance]  # the instances an event counts in
+    deps: tuple[Instance, ...]  # in its call too: what its derived rolling periods read
+    late: int  # windows it missed because their period closed beyond late_grace
+    dues: tuple[tuple[str, Period], ...]  # (unit, bucket): its board's next rolling period to prepare
+
+
+@dataclass
+class _Memo:
+    """Per batch (`now` is fixed in it): events sharing their periods share their lists."""
+
+    slots: dict[int, tuple[_Slots, list[Instance], int]] = field(default_factory=dict)
+    rolling: dict[tuple[int, str, tuple[str, ...]], _Counted] = field(default_factory=dict)
+
+
 @dataclass(frozen=True, slots=True)
 class Failure:
     """An event whose processing raised something other than an infrastructure fault."""
@@ -121,6 +138,7 @@ class _Entry(NamedTuple):
     late: int  # windows it missed because their period closed beyond late_grace
     position: Position | None
     closed: bool = False  # its board type's activity has ended: recorded, dead-lettered
+    wide: bool = False  # a delete on a board with rolling windows: alone, every instance of its call
 
 
 @dataclass
@@ -139,12 +157,12 @@ class _Chunk:
     # memo), so their mask is computed once; holding `pairs` keeps its id from being reused
     _masks: dict[int, tuple[list[Instance], int, tuple[str, ...]]] = field(default_factory=dict)
 
-    def fits(self, pairs: list[Instance], control: bool = False) -> bool:
+    def fits(self, pairs: list[Instance], control: bool = False, deps: Sequence[Instance] = ()) -> bool:
         if self.control or control or len(self.events) >= MAX_EVENTS_PER_CALL:
             return False
         if id(pairs) in self._masks:
             return True
-        new = sum(1 for inst in pairs if inst.name not in self.instances)
+        new = len({inst.name for inst in (*pairs, *deps) if inst.name not in self.instances})
         return len(self.instances) + new <= MAX_INSTANCES_PER_CALL
 
     def add(
@@ -156,6 +174,8 @@ class _Chunk:
         position: Position | None,
         *,
         closed: bool = False,
+        deps: Sequence[Instance] = (),
+        wide: bool = False,
     ) -> None:
         known = self._masks.get(id(pairs))
         if known is None:
@@ -163,11 +183,13 @@ class _Chunk:
             for inst in pairs:
                 bit, _ = self.instances.setdefault(inst.name, (len(self.instances), inst))
                 mask |= 1 << bit
+            for inst in deps:  # in the call, not counting the event: what a derived period reads
+                self.instances.setdefault(inst.name, (len(self.instances), inst))
             known = self._masks[id(pairs)] = (pairs, mask, tuple(inst.name for inst in pairs))
         if position is not None:
             source = position.source
             self.sources.setdefault(source.field, (len(self.sources) + 1, source))
-        self.events.append(_Entry(event, ts, known[1], known[2], late, position, closed))
+        self.events.append(_Entry(event, ts, known[1], known[2], late, position, closed, wide))
 
     def where(self, position: Position | None) -> int:
         """apply.lua's `where`: source number * 1000 + array index + 1 (0: no position)."""
@@ -207,6 +229,8 @@ class Applier:
         self.max_future_skew_s = 86_400
         self._periods = PeriodCache(boards.timezone)
         self._slot_cache: dict[str, _Slots] = {}
+        self._rolling = RollingSlots(boards.timezone)
+        self._registered: set[tuple[str, str]] = set()  # (registry key, board) added this process
         self._script = ApplyScript()
 
     def _slots(self, board_type: BoardType, ts: int) -> _Slots:
@@ -221,7 +245,7 @@ class Applier:
             if window.kind is WindowKind.TOTAL:
                 packing = window_packing(board_type, window, 0)
                 slots.append((Instance(TOTAL_INSTANCE, 0, packing), _FOREVER))
-            elif window.periodic:
+            elif window.periodic and window.kind is not WindowKind.ROLLING:
                 period = self._periods.at(window, ts)
                 tz = self._boards.timezone
                 if period is None:  # between two seasons: the window takes nothing until the next
@@ -234,22 +258,65 @@ class Applier:
                 late_after = min(period.end_ms + board_type.late_grace_ms, expire)
                 slots.append((_period_instance(board_type, window, period, expire), late_after))
                 start, end = max(start, period.reuse_from), min(end, period.reuse_until)
-            # rolling windows (last_<N>...) are not applied yet: see README "Windows"
+            # rolling windows depend on the clock too: _rolling_instances
         cached = _Slots(start, end, slots)
         self._slot_cache[board_type.name] = cached
         return cached
 
-    def _instances(
-        self, board_type: BoardType, ts: int, now: int, memo: dict[int, tuple[_Slots, list[Instance], int]]
-    ) -> tuple[list[Instance], int]:
-        """The instances the event counts in, and how many closed periods it missed. Events that
-        share their periods get the same list (`memo`, per batch: `now` is fixed in it)."""
+    def _instances(self, board_type: BoardType, ts: int, now: int, memo: _Memo) -> _Counted:
+        """The instances the event counts in, those its derived rolling periods read, and how
+        many closed periods it missed. Events that share their periods and buckets get the same
+        lists (`memo`, per batch: `now` is fixed in it)."""
         slots = self._slots(board_type, ts)
-        known = memo.get(id(slots))
+        known = memo.slots.get(id(slots))
         if known is None or known[0] is not slots:
             out = [inst for inst, late_after in slots.slots if now < late_after]
-            known = memo[id(slots)] = (slots, out, len(slots.slots) - len(out))
-        return known[1], known[2]
+            known = memo.slots[id(slots)] = (slots, out, len(slots.slots) - len(out))
+        if not board_type.rolling:
+            return _Counted(known[1], (), known[2], ())
+        buckets = tuple(self._rolling.bucket_at(w, ts).id for w in board_type.rolling)
+        key = (id(slots), board_type.name, buckets)
+        counted = memo.rolling.get(key)
+        if counted is None:
+            pairs, deps, dues = list(known[1]), [], []
+            for window in board_type.rolling:
+                plan = self._rolling.for_event(board_type, window, ts, now)
+                pairs += plan.counted
+                deps += plan.deps
+                if plan.due is not None:
+                    assert window.rolling_unit is not None
+                    dues.append((window.rolling_unit, plan.due))
+            counted = memo.rolling[key] = _Counted(pairs, tuple(deps), known[2], tuple(dues))
+        return counted
+
+    def _wide_delete(self, board_type: BoardType, ts: int, now: int, memo: _Memo) -> list[Instance]:
+        """A delete on a board with rolling windows: its calendar instances, and every period
+        still taking events and every live bucket of its rolling windows."""
+        counted = self._instances(board_type, ts, now, memo)
+        latest = ts_ceiling(self.max_future_skew_s, now)
+        rolling = [
+            inst for w in board_type.rolling for inst in self._rolling.for_delete(board_type, w, now, latest)
+        ]
+        return [inst for inst in counted.pairs if inst.rolling is None] + rolling
+
+    def _register(self, board: str, dues: Sequence[tuple[str, Period]]) -> None:
+        """Tell worker/rolling.py which boards have a next rolling period to prepare, once per
+        (board, bucket) per process; the set expires after the bucket after it."""
+        pipe = None
+        for unit, due in dues:
+            key = rolling_due(self._prefix, unit, due.id)
+            if (key, board) in self._registered:
+                continue
+            if len(self._registered) > 200_000:
+                self._registered.clear()
+            self._registered.add((key, board))
+            if pipe is None:
+                pipe = self._client.pipeline(transaction=False)
+            window = unit_window(unit)
+            pipe.sadd(key, board)
+            pipe.pexpireat(key, self._rolling.shift(window, due, 2).start_ms)
+        if pipe is not None:
+            pipe.execute()
 
     def _control_instances(self, board_type: BoardType, event: UpdateEvent, now: int) -> list[Instance]:
         """What an erase or reset touches: an erase and a whole-board reset every instance that
@@ -262,7 +329,11 @@ class Applier:
         for window in board_type.windows:
             if window_name is not None and window.name != window_name:
                 continue
-            if window.kind is WindowKind.TOTAL:
+            if window.kind is WindowKind.ROLLING:
+                retention = board_type.retention[window.name]
+                periods = recent_periods(window, retention, now, latest, tz)
+                out += self._rolling.for_control(board_type, window, periods, now, latest)
+            elif window.kind is WindowKind.TOTAL:
                 out.append(Instance(TOTAL_INSTANCE, 0, window_packing(board_type, window, 0)))
             elif window.periodic:
                 retention = board_type.retention[window.name]
@@ -284,8 +355,11 @@ class Applier:
         now = self._now_ms()
         open_chunks: dict[str, _Chunk] = {}
         chunks: list[_Chunk] = []
-        memo: dict[int, tuple[_Slots, list[Instance], int]] = {}
+        memo = _Memo()
+        dues: dict[str, set[tuple[str, Period]]] = {}
         for (event, ts), position in zip(events, positions, strict=True):
+            deps: tuple[Instance, ...] = ()
+            wide = False
             try:
                 board_type = self._boards.type_for(event.board_type)
                 assert board_type is not None  # the parser resolved it
@@ -297,17 +371,25 @@ class Applier:
                     ends = board_type.ends_at_ms
                     closed = ends is not None and (ts >= ends or now >= ends + board_type.late_grace_ms)
                     # its instances all the same: a redelivery reports the member's state there
-                    pairs, late = self._instances(board_type, ts, now, memo)
-                    late = 0 if closed else late
+                    counted = self._instances(board_type, ts, now, memo)
+                    pairs, deps, late = counted.pairs, counted.deps, 0 if closed else counted.late
+                    if counted.dues:
+                        dues.setdefault(event.board, set()).update(counted.dues)
+                    wide = event.op is Op.DELETE and bool(board_type.rolling) and not closed
+                    if wide:
+                        pairs, deps = self._wide_delete(board_type, ts, now, memo), ()
             except Exception as exc:  # noqa: BLE001 - whatever it is, it is this event's alone
                 failures.append(Failure(event, exc))
                 continue
+            alone = control or wide
             chunk = open_chunks.get(event.board)
-            if chunk is None or not chunk.fits(pairs, control):
-                chunk = _Chunk(event.board, board_type, control=control)
+            if chunk is None or not chunk.fits(pairs, alone, deps):
+                chunk = _Chunk(event.board, board_type, control=alone)
                 open_chunks[event.board] = chunk
                 chunks.append(chunk)
-            chunk.add(event, ts, pairs, late, position, closed=closed)
+            chunk.add(event, ts, pairs, late, position, closed=closed, deps=deps, wide=wide)
+        for board, board_dues in dues.items():
+            self._register(board, sorted(board_dues, key=lambda due: (due[0], due[1].start_ms)))
         return chunks
 
     def _request(self, chunk: _Chunk, want_state: bool) -> ApplyRequest:
@@ -319,7 +401,8 @@ class Applier:
             event, position = entry.event, entry.position
             events.append(
                 ApplyEvent(
-                    op=CLOSED_OP if entry.closed else event.op.value,
+                    # a wide delete is an erase to the script: every instance of its call
+                    op=CLOSED_OP if entry.closed else (Op.ERASE.value if entry.wide else event.op.value),
                     member=event.member,
                     score=event.score,
                     tie_ms=entry.ts,
@@ -391,7 +474,11 @@ class Applier:
         for entry in chunk.events:
             single = _Chunk(chunk.board, chunk.board_type, control=chunk.control)
             pairs = [chunk.instances[n][1] for n in entry.names]
-            single.add(entry.event, entry.ts, pairs, entry.late, entry.position, closed=entry.closed)
+            deps = [chunk.instances[n][1] for n in _derived_inputs(pairs) if n in chunk.instances]
+            single.add(
+                entry.event, entry.ts, pairs, entry.late, entry.position, closed=entry.closed, deps=deps,
+                wide=entry.wide,
+            )  # fmt: skip
             try:
                 (reply,) = self._script.run_many(self._client, [self._request(single, want)])
                 outcomes += _decode(single, want, reply, self.epoch)
@@ -429,6 +516,16 @@ def _period_instance(board_type: BoardType, window: Window, period: Period, expi
     return Instance(window_instance(window.name, period.id), expire, packing)
 
 
+def _derived_inputs(pairs: Sequence[Instance]) -> list[str]:
+    """The instances the derived rolling periods among `pairs` read."""
+    return [
+        name
+        for inst in pairs
+        if inst.rolling is not None and inst.rolling.role == DERIVED
+        for name in (inst.rolling.source, inst.rolling.leaving, inst.rolling.entering)
+    ]
+
+
 def _rounds(chunks: list[_Chunk]) -> list[list[_Chunk]]:
     """At most one chunk per board per round trip: a board's later chunk never runs before an
     earlier one has been narrowed, so a board's events are applied in stream order."""
@@ -458,7 +555,7 @@ def _decode(chunk: _Chunk, want: bool, reply: ApplyReply | Exception, epoch: str
             states = dict(zip(names, got.states, strict=True))
             if got.resets:
                 resets = {name: seq for name, seq in zip(names, got.resets, strict=True) if seq > 0}
-        if chunk.control and got.status is Status.APPLIED:
+        if chunk.control and got.status is Status.APPLIED and entry.event.op in CONTROL_OPS:
             event = entry.event
             _log.info(
                 "%s applied",

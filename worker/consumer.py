@@ -51,6 +51,7 @@ from worker.fencing import PredecessorFence
 from worker.metrics import WorkerMetrics
 from worker.outputs import ProducerFenced, TransactionalOutputs
 from worker.publisher import CachePublisher
+from worker.rolling import PreparerThread
 from worker.sources import Blocked, PartitionsBlocked, SourceGuard
 from worker.threads import DaemonThread
 
@@ -115,6 +116,7 @@ class WorkerLoop:
         publisher: CachePublisher | None = None,
         fence: PredecessorFence | None = None,
         guard: SourceGuard | None = None,
+        preparer: PreparerThread | None = None,
         batch_size: int,
         batch_timeout_s: float,
         max_future_skew_s: int,
@@ -130,6 +132,7 @@ class WorkerLoop:
         self._publisher = publisher
         self._fence = fence
         self.guard = guard
+        self.preparer = preparer  # rolling windows' next periods (worker/rolling.py), beside the loop
         self._checked = 0.0  # when every partition held was last checked against Redis
         self._paused: set[int] = set()  # partitions paused because they are blocked
         self._told: set[int] = set()  # blocked partitions whose ERROR line named a board
@@ -190,6 +193,8 @@ class WorkerLoop:
 
     # --- the loop -----------------------------------------------------------------------------
     def run(self) -> None:
+        if self.preparer is not None:
+            self.preparer.start()
         backoff = 0.1
         while not self.deadline.started.is_set():
             self.last_loop = time.monotonic()
@@ -479,6 +484,8 @@ class WorkerLoop:
     def close(self) -> None:
         """Settle the batch in flight, abort what is left open, leave the group: each step only
         within what is left of the deadline (the process exits at it regardless)."""
+        if self.preparer is not None:
+            self.preparer.stop()
         self._apply_thread.shutdown()
         if self._inflight is not None:
             self._settle()

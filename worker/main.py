@@ -32,6 +32,7 @@ from worker.fencing import PredecessorFence
 from worker.metrics import WorkerMetrics
 from worker.outputs import ProducerFenced, TransactionalOutputs
 from worker.publisher import CachePublisher
+from worker.rolling import PreparerThread, RollingPreparer
 from worker.sources import SourceGuard, commits_reader
 
 _log = logging.getLogger(__name__)
@@ -143,12 +144,13 @@ def build_loop(
             f"Kafka at {settings.kafka_bootstrap} did not answer the worker's start "
             f"(init_transactions): {exc.args[0] if exc.args else exc}"
         ) from None
-    publisher = None
+    publisher = acked = None
     if boards.hot:
         # the backfill on a plain producer (it may outgrow a transaction), live records in the
         # batches' transactions
         backfill_producer = kafka_producer(settings, {"enable.idempotence": True, "acks": "all"})
-        publisher = cache_publisher(settings, boards, backfill_producer, client).over(outputs)
+        acked = cache_publisher(settings, boards, backfill_producer, client)  # then the preparer's
+        publisher = acked.over(outputs)
     applier = Applier(client, boards, settings.key_prefix, settings.id_window_s, now_ms=clock)
     applier.tie_index = settings.tie_index
     applier.max_future_skew_s = settings.max_future_skew_s
@@ -164,6 +166,13 @@ def build_loop(
         adopt_window_ms=settings.id_window_s * 1000,
     )
     guard.start()
+    preparer = None
+    if any(board_type.rolling for board_type in boards.types.values()):
+        rolling = RollingPreparer(
+            redis_client(settings), boards, settings.key_prefix, clock=clock, epoch=lambda: applier.epoch,
+            owner=transactional_id, publisher=acked,
+        )  # fmt: skip
+        preparer = PreparerThread(rolling)
     fence = PredecessorFence(settings, client, transactional_id)
     metrics.watch(lambda: outputs.replaced, lambda: len(fence.fenced))
     metrics.watch_blocked(lambda: dict(guard.blocked))  # a copy: the apply thread writes it
@@ -178,6 +187,7 @@ def build_loop(
         publisher=publisher,
         fence=fence,
         guard=guard,
+        preparer=preparer,
         batch_size=settings.worker_batch_size,
         batch_timeout_s=settings.worker_batch_timeout_ms / 1000,
         max_future_skew_s=settings.max_future_skew_s,

@@ -105,6 +105,20 @@ class CachePublisher:
             if self.backfilled(board):
                 self.produce(board, *marker_record(board, seq))
 
+    def publish_states(
+        self, board: str, instance: str, rows: Sequence[tuple[str, MemberState | None, bytes | None, int]]
+    ) -> None:
+        """Queue one record per (member, state, meta, seq) of one instance: a rolling period
+        being prepared (worker/rolling.py)."""
+        for member, state, meta, seq in rows:
+            if state is None:
+                key, value = deleted_record(board, instance, member, seq, meta)
+            else:
+                key, value = state_record(
+                    board, instance, member, score=state.score, tie_ms=state.tie_ms, seq=seq, meta=meta
+                )
+            self.produce(board, key, value)
+
     def flush(self, timeout: float) -> None:
         self._sink.flush(timeout)
 

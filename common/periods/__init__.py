@@ -1,6 +1,8 @@
 """Period math shared by the worker (bucketing, expiry, late events, erase) and the API
 (`period=`, `at=`, `trend=1`, `period_expired`), for every window made of periods: calendar
-(calendar.py), fixed-length (fixed.py) and seasons (seasons.py). Computed in the config's zone.
+(calendar.py), fixed-length (fixed.py) and seasons (seasons.py). A rolling window's periods are
+the calendar periods of its bucket unit (its period is named by its newest bucket; which buckets
+it sums is worker/rolling_slots.py's). Computed in the config's zone.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from zoneinfo import ZoneInfo
 
 from common.periods import calendar, fixed, seasons
 from common.periods.model import Period
-from common.windows import CALENDAR_KINDS, EARLIEST_MS, Window, WindowKind
+from common.windows import EARLIEST_MS, Window, WindowKind
 
 __all__ = [
     "Period",
@@ -20,6 +22,7 @@ __all__ = [
     "period_at",
     "previous_period",
     "recent_periods",
+    "shift",
 ]
 
 
@@ -33,8 +36,8 @@ def _minutes(window: Window) -> int:
 
 def period_at(window: Window, ts_ms: int, tz: ZoneInfo) -> Period | None:
     """The period of `window` that holds the instant `ts_ms`; None: none (between seasons)."""
-    if window.kind in CALENDAR_KINDS:
-        return calendar.period_at(window.kind, ts_ms, tz)
+    if (kind := window.calendar_kind) is not None:
+        return calendar.period_at(kind, ts_ms, tz)
     if window.kind is WindowKind.FIXED:
         return fixed.period_at(_minutes(window), ts_ms, tz)
     if window.kind is WindowKind.SEASON:
@@ -50,8 +53,8 @@ def no_period_span(window: Window, ts_ms: int, tz: ZoneInfo) -> tuple[int, int]:
 
 def parse_period(window: Window, period_id: str, tz: ZoneInfo) -> Period:
     """The period named `period_id`; ValueError (its message says why) when there is none."""
-    if window.kind in CALENDAR_KINDS:
-        return calendar.parse_period(window.kind, period_id, tz)
+    if (kind := window.calendar_kind) is not None:
+        return calendar.parse_period(kind, period_id, tz)
     if window.kind is WindowKind.FIXED:
         return fixed.parse_period(_minutes(window), period_id, tz)
     if window.kind is WindowKind.SEASON:
@@ -70,7 +73,7 @@ def expire_at_ms(window: Window, period: Period, retention: int, tz: ZoneInfo) -
     """When the period's keys expire and it stops being readable (404 period_expired): never
     before it ends (a 30min period whose local times a DST change repeats ends after the next
     one starts)."""
-    if window.kind in CALENDAR_KINDS:
+    if window.calendar_kind is not None:
         expire = calendar.expire_at_ms(period, retention, tz)
     elif window.kind is WindowKind.FIXED:
         expire = fixed.expire_at_ms(_minutes(window), period.id, retention, tz)
@@ -115,6 +118,17 @@ def recent_periods(
         if period is not None:
             chain.append(period)
     return kept_periods
+
+
+def shift(window: Window, period: Period, n: int, tz: ZoneInfo) -> Period:
+    """The calendar or fixed-length period `n` periods after `period` (before it for n < 0):
+    periods that exist (a DST change skips or merges local hours)."""
+    if window.calendar_kind is not None:
+        return calendar.shift(period, n, tz) if n else period
+    direction = 1 if n > 0 else -1
+    for _ in range(abs(n)):
+        period = _step(window, period, direction, tz)
+    return period
 
 
 def _following(window: Window, period: Period, count: int, tz: ZoneInfo) -> list[Period]:

@@ -124,3 +124,22 @@ def step(period: Period, direction: int, tz: ZoneInfo) -> Period:
         label = _shift(period.kind, label, direction)
         found = _make(period.kind, label, tz)
     return found
+
+
+@lru_cache(maxsize=65_536)  # a rolling window asks it per bucket change, per window
+def shift(period: Period, n: int, tz: ZoneInfo) -> Period:
+    """The period `n` periods after `period` (before it for n < 0), counting only periods that
+    exist (an hour a DST change skips entirely is none)."""
+    if period.kind is not WindowKind.HOUR:
+        found = _make(
+            period.kind, _shift(period.kind, _start_local(period.kind, local_of(period.start_ms, tz)), n), tz
+        )
+        return found if found.end_ms > found.start_ms else step(found, 1 if n > 0 else -1, tz)
+    direction = 1 if n > 0 else -1
+    label = _start_local(period.kind, local_of(period.start_ms, tz))
+    counted = 0
+    while counted < abs(n):
+        label += direction * _HOUR
+        if first_instant(label + _HOUR, tz) > first_instant(label, tz):  # some instant reads this hour
+            counted += 1
+    return _make(period.kind, label, tz)

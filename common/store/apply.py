@@ -33,7 +33,8 @@ INST = ("RANK", "OVERFLOW", "STATE", "INDEX", "RESET")
 H = ("W", "E", "MODE", "DESC", "MAXM", "STATE", "EPOCH", "WINDOW", "CAP", "LEGACY_TTL", "S",
      "LOW", "HIGH", "INTEGRAL", "INDEX")  # ARGV header  # fmt: skip
 SRC = ("FIELD", "TOPIC", "LOW")  # ARGV per source, after the header; then IA per instance
-IA = ("EXPIRE", "BITS", "BASE")  # ARGV per instance, after the sources; BITS -1 = general layout
+# ARGV per instance, after the sources: BITS -1 = general layout; ROLE and the rest: Rolling below
+IA = ("EXPIRE", "BITS", "BASE", "ROLE", "GROUP", "FROM", "OLD", "NEW", "KEEP")
 
 FOREIGN_EPOCH = -1  # the reply's first field when the board's fence belongs to another epoch
 
@@ -52,7 +53,8 @@ class ApplyEvent(NamedTuple):
     object per event: the worker builds one per event)."""
 
     # incr | set | best | delete, erase | reset (common/control.py: alone in their call, in every
-    # instance of it), or `x`: a record that the event's processing raised
+    # instance of it), `x`: a record that the event's processing raised, or `derive`: no event,
+    # a member of a rolling period being prepared ahead (worker/rolling.py)
     op: str
     member: str  # for `x`: the error class; for reset: its selector
     score: float
@@ -65,12 +67,30 @@ class ApplyEvent(NamedTuple):
     legacy_key: str = ""  # while adopting the previous release: its record of the id (else unsent)
 
 
+class Rolling(NamedTuple):
+    """What an instance is to a rolling window (worker/rolling_slots.py; apply.lua says how each
+    role is written). `group` names the window: an event's delta in it comes from its bucket."""
+
+    role: str  # BUCKET | DELTA | DERIVED
+    group: str  # the window's name
+    # DERIVED (period q+1 of the window, prepared ahead): q's instance, the bucket that leaves
+    # (q-N+1) and the one that enters (q+1), by name ('' = none in the call)
+    source: str = ""
+    leaving: str = ""
+    entering: str = ""
+    keep_from_ms: int = 0  # a member of q stays in q+1 if its latest event is at or after this
+
+
+BUCKET, DELTA, DERIVED = "b", "d", "f"
+
+
 class Instance(NamedTuple):
     """One window instance a request writes (the events' masks count in request order)."""
 
-    name: str  # `total` or `<window>:<period id>`
+    name: str  # `total`, `<window>:<period id>`, or a rolling bucket's (common/store/keys.py)
     expire_at_ms: int  # 0 = never
     packing: Packing | None = None  # a packed window (common/store/packing.py)
+    rolling: Rolling | None = None  # an instance of a rolling window
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,12 +165,14 @@ class ApplyScript:
             "IDW": keys.id_window,
         }
         key_list = [board[name] for name in KEY]
-        for name, _, packing in req.instances:
+        for name, _, packing, rolling in req.instances:
             packed = packing is not None
+            bucket = rolling is not None and rolling.role == BUCKET
             per: dict[str, str] = {
                 "RANK": keys.rank(name, packed),
                 "OVERFLOW": keys.overflow(name, packed),
-                "STATE": keys.state(name),  # the previous release's; unused by a packed window
+                # the previous release's; unused by a packed window; a rolling bucket's hash
+                "STATE": keys.bucket(name) if bucket else keys.state(name),
                 "INDEX": keys.tie_index(name),  # unused by a packed window
                 "RESET": keys.reset_mark(name),  # read and written by a reset only
             }
@@ -180,11 +202,19 @@ class ApplyScript:
                 "LOW": source.low_water,
             }
             args += [fields[name] for name in SRC]
-        for _, expire, packing in req.instances:
-            per_arg: dict[str, int] = {
+        position = {inst.name: n for n, inst in enumerate(req.instances, 1)}
+        groups: dict[str, int] = {}
+        for _, expire, packing, rolling in req.instances:
+            per_arg: dict[str, int | str] = {
                 "EXPIRE": expire,
                 "BITS": -1 if packing is None else packing.bits,
                 "BASE": 0 if packing is None else packing.base_ms,
+                "ROLE": "z" if rolling is None else rolling.role,
+                "GROUP": 0 if rolling is None else groups.setdefault(rolling.group, len(groups) + 1),
+                "FROM": 0 if rolling is None else position.get(rolling.source, 0),
+                "OLD": 0 if rolling is None else position.get(rolling.leaving, 0),
+                "NEW": 0 if rolling is None else position.get(rolling.entering, 0),
+                "KEEP": 0 if rolling is None else rolling.keep_from_ms,
             }
             args += [per_arg[name] for name in IA]
         legacy = req.legacy_ttl_ms > 0  # EV's last field, LEGACY_KEY, is sent only while adopting

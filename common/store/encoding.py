@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from enum import IntEnum, StrEnum
 from typing import overload
 
-from common.boards import BoardType, Order, TieBreak, Window
+from common.boards import BoardType, Order, TieBreak, Window, WindowKind
 from common.store.packing import BEFORE_START_MS, longest_period_ms, packable, tie_bits
 
 EXACT_MAX = 2**53 - 1
@@ -73,8 +73,9 @@ def tie_mode(board_type: BoardType) -> TieMode:
 
 
 def window_bits(board_type: BoardType, window: Window) -> int | None:
-    """The tie bits a window of the type packs beside its scores; None: the general layout."""
-    if board_type.score_range is None:
+    """The tie bits a window of the type packs beside its scores; None: the general layout (a
+    rolling window's always: its tie, the member's latest event, says which buckets it is in)."""
+    if board_type.score_range is None or window.kind is WindowKind.ROLLING:
         return None
     bits = tie_bits(longest_period_ms(window), board_type.tie_break is not TieBreak.NONE)
     return bits if bits is not None and packable(board_type.score_range, bits) else None

@@ -17,6 +17,11 @@ board lives in one Cluster slot and one script may touch all of it.
                                        `<topic>:<partition>` -> "<topic id>|<offset>|<array index+1>"
                                        of the last event applied, and `<source>!r` -> positions the
                                        script rejected since the source's last commit (apply.lua)
+    <prefix>{<board>}:b:<window>:<bucket id>  a rolling window's bucket: hash member ->
+                                       "<value>|<latest event ms>" (worker/rolling_slots.py)
+    <prefix>{<board>}:rp:<instance>    "done" once the rolling period <instance> is prepared from
+                                       the one before it (worker/rolling.py); "busy:<owner>" while
+                                       a worker prepares it
     <prefix>{<board>}:r:<instance>     the board seq of the instance's latest reset (`rankstream
                                        reset`), expiring with it: what a redelivered reset
                                        re-publishes to update_cache
@@ -28,6 +33,9 @@ board lives in one Cluster slot and one script may touch all of it.
     <prefix>{<board>}:hot:lock         held by the worker backfilling it
 
 <instance> is `total` or `<window>:<period id>` (`day:2026-11-22`, `week:2026-W47`).
+
+    <prefix>{rolling}:<unit>:<bucket id>  set of the boards whose rolling windows of that unit
+                                       need their next period prepared during that bucket
 
     <prefix>{owners:<group>}:<topic>   hash partition -> transactional id of the worker that
                                        last took it (worker/fencing.py)
@@ -42,6 +50,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 TOTAL_INSTANCE = "total"
+
+
+BUCKET_PREFIX = "b~"  # a rolling bucket's instance name: never a window's (no `:` before it)
+
+
+def bucket_instance(window: str, bucket: str) -> str:
+    """The instance name of a rolling window's bucket in an apply.lua call: `b~last_7d:2026-11-22`."""
+    return f"{BUCKET_PREFIX}{window}:{bucket}"
 
 
 def window_instance(window: str, period: str | None) -> str:
@@ -75,6 +91,13 @@ class BoardKeys:
     def state(self, instance: str) -> str:
         return f"{self.tag}:h:{instance}"
 
+    def bucket(self, instance: str) -> str:
+        """A rolling bucket's hash, from its instance name (bucket_instance)."""
+        return f"{self.tag}:b:{instance.removeprefix(BUCKET_PREFIX)}"
+
+    def prepared(self, instance: str) -> str:
+        return f"{self.tag}:rp:{instance}"
+
     def tie_index(self, instance: str) -> str:
         return f"{self.tag}:t:{instance}"
 
@@ -104,6 +127,12 @@ class BoardKeys:
         """SCAN pattern of the keys that name every period of a calendar window Redis holds: its
         ranking zsets (an instance with members has one: max_members keeps the best there)."""
         return f"{self.rank(window, packed)}:*"
+
+
+def rolling_due(prefix: str, unit: str, bucket: str) -> str:
+    """The boards whose rolling windows of `unit` (h, d, w, m) need their next period prepared
+    while `bucket` is current (worker/rolling.py)."""
+    return f"{prefix}{{rolling}}:{unit}:{bucket}"
 
 
 def partition_owners(prefix: str, group: str, topic: str) -> str:

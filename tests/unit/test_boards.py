@@ -62,7 +62,7 @@ def test_contract_example_parses_into_the_expected_values() -> None:
             Window("last_72h", WindowKind.ROLLING, rolling_count=72, rolling_unit="h"),
             Window("last_7d", WindowKind.ROLLING, rolling_count=7, rolling_unit="d"),
         ),
-        retention={"hour": 72, "day": 31, "week": 8, "month": 12},
+        retention={"hour": 72, "day": 31, "week": 8, "month": 12, "last_72h": 2, "last_7d": 2},
         max_members=100_000,
         late_grace_ms=600_000,
     )
@@ -97,7 +97,8 @@ def test_defaults() -> None:
 def test_default_retention_covers_each_calendar_window_present() -> None:
     config = parse_boards("types: {gift: {windows: [year, hour, total, day, last_3d, week, month]}}")
 
-    assert dict(config.types["gift"].retention) == {"year": 5, "hour": 72, "day": 31, "week": 8, "month": 12}
+    expected = {"year": 5, "hour": 72, "day": 31, "week": 8, "month": 12, "last_3d": 2}
+    assert dict(config.types["gift"].retention) == expected
 
 
 def test_retention_overrides_only_what_it_names() -> None:

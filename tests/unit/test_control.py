@@ -36,8 +36,9 @@ BOARDS = parse_boards(
     """
 timezone: Asia/Shanghai
 types:
-  gift: {windows: [total, hour, day, last_7d], retention: {hour: 60, day: 3}}
+  gift: {windows: [total, hour, day], retention: {hour: 60, day: 3}}
   level: {windows: [total]}
+  roll: {windows: [total, last_7d]}
 """
 )
 
@@ -89,6 +90,11 @@ def test_reset_carries_its_selector_in_member(window, period, selector):
     assert parse_selector(selector) == (window, period)
 
 
+def test_a_rolling_window_is_reset_whole():
+    fields = {"id": "reset:1", "board": "roll:r1", "window": "last_7d", "period": None}
+    assert parsed(b"reset", **fields) == (Op.RESET, "roll:r1", "last_7d")
+
+
 def test_reset_without_window_and_period_fields_is_the_whole_board():
     assert parsed(b"reset", id="reset:1", board="level") == (Op.RESET, "level", WHOLE_BOARD)
 
@@ -122,7 +128,12 @@ BAD = [
     ("empty member", b"erase", orjson.dumps({**ERASE, "member": ""}), "member must be 1-128"),
     ("control character", b"erase", orjson.dumps({**ERASE, "member": "a\nb"}), "U+000A"),
     ("unknown window", b"reset", orjson.dumps({**RESET, "window": "week"}), "not one of"),
-    ("rolling window", b"reset", orjson.dumps({**RESET, "window": "last_7d"}), "rolling"),
+    (
+        "rolling period",
+        b"reset",
+        orjson.dumps({**RESET, "board": "roll:r1", "window": "last_7d", "period": "2026-11-22"}),
+        "reset it whole",
+    ),
     ("period alone", b"reset", orjson.dumps({**RESET, "period": "2026-11-22"}), "needs its window"),
     ("period of total", b"reset", orjson.dumps({**RESET, "window": "total", "period": "all"}), "no periods"),
     ("bad period", b"reset", orjson.dumps({**RESET, "window": "day", "period": "2026-13-01"}), "2026-13-01"),

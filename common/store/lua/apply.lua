@@ -42,6 +42,17 @@
 -- "<score>|<tie ms>", as releases before the tie index wrote) keeps it in place of the index.
 -- A packed instance (common/store/packing.py) instead keeps the member's own id with the tie
 -- inside its integer score, and has neither: its zsets are the state.
+--
+-- Rolling windows (IA.ROLE; common/store/apply.py Rolling, worker/rolling_slots.py): a BUCKET
+-- ('b') is a hash member -> "<value>|<latest event ms>" (its STATE key), the member's board over
+-- that bucket's events alone (incr adds, set overwrites, best keeps the better); an event's delta
+-- in its window is its bucket's value after minus before. A DELTA ('d') period adds that delta
+-- (general layout; its tie is the member's latest event). A DERIVED ('f') period q+1, prepared
+-- ahead, is written absolute: R[q] - B[q-N+1] + B[q+1] from the call's instances FROM, OLD and
+-- NEW, the member kept from R[q] only if its latest event there is at or after KEEP. Op `derive`
+-- (worker/rolling.py) writes just that for one member, outside the fence, the id window and seq.
+-- A delete or erase empties the member's every instance of its call (the worker sends a delete on
+-- a board with rolling windows as an erase alone in its call, holding all the window's buckets).
 
 -- H (ARGV header positions) and C (shared constants, statuses C.ST) come from the prelude
 -- that common/store/scripts.py generates; common/store/apply.py is the only caller.
@@ -114,6 +125,7 @@ local function load(i, member)
   return cache[i][member]
 end
 local packings = {}  -- instance -> ENC.packing (nil: the general layout), read with the ARGV
+local roles, groups, from_, old_, new_, keep_ = {}, {}, {}, {}, {}, {}  -- rolling (IA.ROLE...)
 local indexes = {}  -- instance -> its tie index (TI.new); false: it keeps a state hash (or is packed)
 
 -- the zset scores of instance i's entries `zmembers` (by position; nil: in neither zset): one
@@ -228,8 +240,26 @@ local function flush_packed(i, p, list)
   write_zsets(i, rem, gone, add, #list)
 end
 
+-- a rolling bucket: its hash alone
+local function flush_bucket(i, list)
+  local hset, hdel = {}, {}
+  for _, d in ipairs(list) do
+    local member, c = d[1], d[2]
+    if c.present then
+      hset[#hset + 1] = member
+      hset[#hset + 1] = ENC.state(fmt(c.score), c.tie)
+    else
+      hdel[#hdel + 1] = member
+    end
+  end
+  local st = ikey(i, INST.STATE)
+  if #hset > 0 then redis.call('HSET', st, unpack(hset)) end
+  if #hdel > 0 then redis.call('HDEL', st, unpack(hdel)) end
+end
+
 -- phase 2 for one instance: its dirty members, written with one call per command
 local function flush(i, list)
+  if roles[i] == 'b' then return flush_bucket(i, list) end
   if packings[i] then return flush_packed(i, packings[i], list) end
   local index = indexes[i]
   local rem, gone, add = {}, {}, {}
@@ -309,11 +339,16 @@ local expires = {}
 for i = 1, W do
   expires[i] = ARGV[at + IA.EXPIRE]
   packings[i] = ENC.packing(tonumber(ARGV[at + IA.BITS]), tonumber(ARGV[at + IA.BASE]), mode)
+  roles[i], groups[i] = ARGV[at + IA.ROLE], ARGV[at + IA.GROUP]
+  from_[i], old_[i], new_[i] = tonumber(ARGV[at + IA.FROM]), tonumber(ARGV[at + IA.OLD]), tonumber(ARGV[at + IA.NEW])
+  keep_[i] = tonumber(ARGV[at + IA.KEEP])
   at = at + IA._N
   -- A general instance keeps a tie index unless it has a state hash. A new one (no rank zset
   -- yet) gets a state hash instead while the caller says so (H.INDEX '0': workers of a release
   -- that reads only state hashes may still be running).
-  if not packings[i] and redis.call('EXISTS', ikey(i, INST.STATE)) == 0
+  if roles[i] == 'b' then
+    indexes[i] = false  -- a bucket is its hash
+  elseif not packings[i] and redis.call('EXISTS', ikey(i, INST.STATE)) == 0
      and (ARGV[H.INDEX] == '1' or redis.call('EXISTS', ikey(i, INST.RANK)) == 1) then
     local index = TI.new(ikey(i, INST.INDEX), tonumber(ARGV[H.CAP]), expires[i])
     indexes[i] = index
@@ -355,17 +390,32 @@ for e = 1, E do
     end
   end
   ev.inst = inst
-  if ev.op ~= 'x' then fps[#fps + 1] = ev.fp end
+  -- decided in this order: buckets (the delta), the rest, derived periods (which read both)
+  local order = {}
+  for pass = 1, 3 do
+    for _, i in ipairs(inst) do
+      local r = roles[i]
+      if (pass == 1 and r == 'b') or (pass == 2 and r ~= 'b' and r ~= 'f') or (pass == 3 and r == 'f') then
+        order[#order + 1] = i
+      end
+    end
+  end
+  ev.order = order
+  if ev.op ~= 'x' and ev.op ~= 'derive' then fps[#fps + 1] = ev.fp end
   if ev.op ~= 'x' and ev.op ~= 'reset' then  -- a reset reads no member
     if not seen[ev.member] then
       seen[ev.member] = true
       members[#members + 1] = ev.member
     end
-    for _, i in ipairs(inst) do
-      if not seen_in[i][ev.member] then
+    local function wants(i)
+      if i > 0 and not seen_in[i][ev.member] then
         seen_in[i][ev.member] = true
         per_instance[i][#per_instance[i] + 1] = ev.member
       end
+    end
+    for _, i in ipairs(inst) do
+      wants(i)
+      if roles[i] == 'f' then wants(from_[i]); wants(old_[i]); wants(new_[i]) end
     end
   end
 end
@@ -399,6 +449,96 @@ end
 --! phase read_ids_metas
 
 local out, touched, dirty, meta_dirty = {}, {}, {}, {}
+local ABSENT = {present = false}
+
+-- A rolling bucket's new state for an event ({score, tie}; nil = unchanged), and the event's
+-- delta in its window: the bucket's value after minus before
+local function plan_bucket(c, op, score, tie)
+  local old = c.present and c.score or 0
+  local v
+  if op == 'incr' then v = old + score
+  elseif op == 'set' or not c.present or better(score, c.score) then v = score
+  else v = c.score end  -- best, not better
+  local t = c.present and math.max(c.tie, tie) or tie
+  if c.present and v == c.score and t == c.tie then return nil, 0 end
+  return {v, t}, v - old
+end
+
+-- a rolling period's new state when the event adds `delta` to it; its tie is the latest event
+local function plan_delta(c, delta, tie)
+  local v, t = (c.present and c.score or 0) + delta, c.present and math.max(c.tie, tie) or tie
+  if c.present and v == c.score and t == c.tie then return nil end
+  return {v, t}
+end
+
+-- a derived period's state of a member from the states `view` gives after this event:
+-- R[q] - B[q-N+1] + B[q+1], kept from R[q] only if its latest event there is at or after KEEP
+local function plan_derived(i, c, view)
+  local r = from_[i] > 0 and view(from_[i]) or ABSENT
+  local n = new_[i] > 0 and view(new_[i]) or ABSENT
+  local keep = r.present and r.tie >= keep_[i]
+  if not (keep or n.present) then
+    if c.present then return false end
+    return nil
+  end
+  local v, t = 0, -1
+  if keep then
+    local o = old_[i] > 0 and view(old_[i]) or ABSENT
+    v, t = r.score - (o.present and o.score or 0), r.tie
+  end
+  if n.present then v, t = v + n.score, math.max(t, n.tie) end
+  if c.present and v == c.score and t == c.tie then return nil end
+  return {v, t}
+end
+
+-- Plan the event in every instance it counts in before changing any (an out-of-range result
+-- changes nothing: false), then change the cache. `derive` plans its derived periods alone.
+local function decide(ev, member, op, score, tie)
+  local plans, post, delta, in_range = {}, {}, {}, true
+  local gone = op == 'delete' or op == 'erase'
+  local function view(i)
+    local p = post[i]
+    if p then return p end
+    return load(i, member)
+  end
+  for k, i in ipairs(ev.order) do
+    local c, role, new = load(i, member), roles[i], nil
+    if gone and role ~= 'f' then
+      if c.present then new = false end
+    elseif role == 'b' then
+      new, delta[groups[i]] = plan_bucket(c, op, score, tie)
+    elseif role == 'd' then
+      new = plan_delta(c, delta[groups[i]], tie)
+    elseif role == 'f' then
+      new = plan_derived(i, c, view)
+    else
+      local v = plan(c, op, score)
+      if v then new = {v, packings[i] and ENC.packed_tie(packings[i], tie) or tie} else new = v end
+    end
+    if new then
+      local v = new[1]
+      if v < low or v > high or (integral and v ~= math.floor(v)) then in_range = false end
+      post[i] = {present = true, score = v, tie = new[2]}
+    elseif new == false then
+      post[i] = ABSENT
+    end
+    plans[k] = {i, new, c}
+  end
+  if not in_range then return false end
+  for _, p in ipairs(plans) do
+    local i, new, c = p[1], p[2], p[3]
+    if new ~= nil then
+      if new == false then c.present = false
+      else c.present, c.score, c.tie = true, new[1], new[2] end
+      if not c.dirty then
+        c.dirty = true
+        dirty[i][#dirty[i] + 1] = {member, c}
+      end
+      touched[i] = true
+    end
+  end
+  return true
+end
 local reset  -- an applied reset: {whole = the whole board?, seq = its seq}
 for i = 1, W do dirty[i] = {} end
 local seq0 = tonumber(redis.call('GET', KEYS[KEY.SEQ]) or '0')
@@ -421,6 +561,11 @@ for _, ev in ipairs(events) do
     -- class): a redelivery of it is dead-lettered again, not taken for applied
     status, failed_as = ST.FAILED, member
     if src then src.rejected[pos_key(offset, sub)] = member end
+  elseif op == 'derive' then
+    -- a member of a rolling period prepared ahead: no event, so no fence, id or seq (a result
+    -- out of the declared range can't come from events that were in it)
+    status = ST.APPLIED
+    decide(ev, member, op, score, tie)
   elseif IDW.seen(ids, fp) or (legacy and (legacy_new[legacy_key] or redis.call('EXISTS', legacy_key) == 1)) then
     status = ST.DUPLICATE  -- a duplicate of an applied event is a duplicate, whatever it would do now
   elseif op == 'closed' then
@@ -437,15 +582,7 @@ for _, ev in ipairs(events) do
     seq = seq + 1
     reset = {whole = member == '*', seq = seq}
   else
-    -- plan every instance before changing any, so an out-of-range result changes nothing
-    local plans, in_range = {}, true
-    for k, i in ipairs(inst) do
-      local c = load(i, member)
-      local new = plan(c, op, score)
-      if new and (new < low or new > high or (integral and new ~= math.floor(new))) then in_range = false end
-      plans[k] = {new, c}
-    end
-    if not in_range then
+    if not decide(ev, member, op, score, tie) then
       status = ST.OUT_OF_RANGE
       if src then src.rejected[pos_key(offset, sub)] = '' end
     else
@@ -453,20 +590,6 @@ for _, ev in ipairs(events) do
       IDW.add(ids, fp)
       if legacy then legacy_new[legacy_key] = true end
       seq = seq + 1
-      for k, i in ipairs(inst) do
-        local p = plans[k]
-        if p[1] ~= nil then
-          local c = p[2]
-          if p[1] == false then c.present = false
-          elseif packings[i] then c.present, c.score, c.tie = true, p[1], ENC.packed_tie(packings[i], tie)
-          else c.present, c.score, c.tie = true, p[1], tie end
-          if not c.dirty then
-            c.dirty = true
-            dirty[i][#dirty[i] + 1] = {member, c}
-          end
-          touched[i] = true
-        end
-      end
       local gone = op == 'delete' or op == 'erase'
       if gone or meta ~= '' then
         metas[member] = gone and '' or meta
@@ -536,7 +659,8 @@ if reset then
   for i = 1, W do
     TI.destroy(TI.new(ikey(i, INST.INDEX), tonumber(ARGV[H.CAP]), '0'))
     redis.call('DEL', ikey(i, INST.RANK), ikey(i, INST.OVERFLOW), ikey(i, INST.STATE))
-    if expires[i] == '0' then redis.call('SET', ikey(i, INST.RESET), reset.seq)
+    if roles[i] == 'b' then  -- a bucket is no window: nothing to re-publish
+    elseif expires[i] == '0' then redis.call('SET', ikey(i, INST.RESET), reset.seq)
     else redis.call('SET', ikey(i, INST.RESET), reset.seq, 'PXAT', expires[i]) end
   end
 end
@@ -547,7 +671,9 @@ if seq ~= seq0 then redis.call('SET', KEYS[KEY.SEQ], seq) end
 -- max_members no instance has an overflow zset (each PEXPIREAT is a call: ~1.5 us)
 for i = 1, W do
   local expire_at = expires[i]
-  if touched[i] and expire_at ~= '0' then
+  if touched[i] and expire_at ~= '0' and roles[i] == 'b' then
+    redis.call('PEXPIREAT', ikey(i, INST.STATE), expire_at)
+  elseif touched[i] and expire_at ~= '0' then
     redis.call('PEXPIREAT', ikey(i, INST.RANK), expire_at)
     if maxm > 0 then redis.call('PEXPIREAT', ikey(i, INST.OVERFLOW), expire_at) end
     if not packings[i] and not indexes[i] then redis.call('PEXPIREAT', ikey(i, INST.STATE), expire_at) end

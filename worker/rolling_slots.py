@@ -1,0 +1,149 @@
+"""Which instances of a rolling window `last_<N><unit>` an event touches (README "Rolling windows").
+
+A rolling window's period q (named by its newest bucket) sums the buckets q-N+1..q: calendar
+periods of its unit. In Redis each bucket b is a hash (the member's board over b's events alone)
+and each period a board of its own. An event whose bucket is b writes, per rolling window:
+  - its bucket b (role BUCKET): the event's delta in the window is the bucket's change;
+  - the current period and closed ones still taking late events whose windows hold b (DELTA);
+  - the next period, cur+1, prepared ahead (DERIVED: R[cur] - B[cur-N+1] + B[cur+1], absolute,
+    so it is exact whether or not worker/rolling.py has reached the member yet). Its inputs
+    ride in the call without counting the event (`deps`).
+So an event costs at most three writes per rolling window (its bucket, the current period and
+the next) plus one per closed period within late grace. A bucket further ahead than cur+1 (the
+allowed clock skew) is only stored: it enters the periods when worker/rolling.py prepares them.
+A delete (and an erase) takes the member out of every bucket that may still be read and of every
+period still taking events: its call holds them all (`wide`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from zoneinfo import ZoneInfo
+
+from common.boards import BoardType, Window, WindowKind
+from common.periods import Period, PeriodCache, expire_at_ms, shift
+from common.store.apply import BUCKET, DELTA, DERIVED, Instance, Rolling
+from common.store.keys import bucket_instance, window_instance
+from common.windows import ROLLING_UNITS
+
+
+def unit_window(unit: str) -> Window:
+    """A window of the unit (h, d, w, m): its bucket math is the unit's calendar's."""
+    assert unit in ROLLING_UNITS
+    return Window(f"last_1{unit}", WindowKind.ROLLING, 1, unit)
+
+
+@dataclass(frozen=True, slots=True)
+class RollingPlan:
+    counted: list[Instance]  # in the event's mask
+    deps: list[Instance]  # in the call only: what the derived period reads
+    due: Period | None  # the bucket during which the board's next period must be prepared
+
+
+class RollingSlots:
+    """Rolling window instances for events and controls, on the config's zone."""
+
+    def __init__(self, tz: ZoneInfo) -> None:
+        self._tz = tz
+        self._periods = PeriodCache(tz)
+
+    def bucket_at(self, window: Window, ts_ms: int) -> Period:
+        period = self._periods.at(window, ts_ms)
+        assert period is not None  # every instant has a calendar period
+        return period
+
+    def shift(self, window: Window, period: Period, n: int) -> Period:
+        return shift(window, period, n, self._tz)
+
+    def bucket_expire_ms(self, board_type: BoardType, window: Window, bucket: Period) -> int:
+        """A bucket is read until the last period holding it (N-1 later) closes and its late
+        grace passes; it is kept one bucket longer."""
+        return self.shift(window, bucket, window.count).end_ms + board_type.late_grace_ms
+
+    def period_instance(self, board_type: BoardType, window: Window, period: Period, role: str) -> Instance:
+        expire = expire_at_ms(window, period, board_type.retention[window.name], self._tz)
+        return Instance(window_instance(window.name, period.id), expire, None, Rolling(role, window.name))
+
+    def bucket(self, board_type: BoardType, window: Window, bucket: Period) -> Instance:
+        expire = self.bucket_expire_ms(board_type, window, bucket)
+        return Instance(bucket_instance(window.name, bucket.id), expire, None, Rolling(BUCKET, window.name))
+
+    def derived(self, board_type: BoardType, window: Window, cur: Period) -> tuple[Instance, list[Instance]]:
+        """Period cur+1, derived from cur: the instance and what it reads."""
+        following = self.shift(window, cur, 1)
+        source = self.period_instance(board_type, window, cur, DELTA)
+        leaving = self.bucket(board_type, window, self.shift(window, cur, 1 - window.count))
+        entering = self.bucket(board_type, window, following)
+        keep_from = (
+            self.shift(window, cur, 2 - window.count).start_ms if window.count > 1 else following.start_ms
+        )
+        expire = expire_at_ms(window, following, board_type.retention[window.name], self._tz)
+        link = Rolling(DERIVED, window.name, source.name, leaving.name, entering.name, keep_from)
+        return Instance(window_instance(window.name, following.id), expire, None, link), [
+            source,
+            leaving,
+            entering,
+        ]
+
+    def taking(self, board_type: BoardType, window: Window, cur: Period, now: int) -> list[Period]:
+        """The periods still taking events, newest first: the next (prepared ahead), the current
+        and closed ones within late grace that have not expired."""
+        out = [self.shift(window, cur, 1), cur]
+        period = self.shift(window, cur, -1)
+        while now < min(period.end_ms + board_type.late_grace_ms, self._expire(board_type, window, period)):
+            out.append(period)
+            period = self.shift(window, period, -1)
+        return out
+
+    def _expire(self, board_type: BoardType, window: Window, period: Period) -> int:
+        return expire_at_ms(window, period, board_type.retention[window.name], self._tz)
+
+    def for_event(self, board_type: BoardType, window: Window, ts: int, now: int) -> RollingPlan:
+        cur, bucket = self.bucket_at(window, now), self.bucket_at(window, ts)
+        if now >= self.bucket_expire_ms(board_type, window, bucket):
+            return RollingPlan([], [], None)  # so late that every period holding it is closed
+        counted = [self.bucket(board_type, window, bucket)]
+        deps: list[Instance] = []
+        oldest_holder = self.shift(window, bucket, window.count - 1)  # the last period holding it
+        due = None
+        for period in self.taking(board_type, window, cur, now):
+            if period.start_ms < bucket.start_ms:
+                break
+            if period.start_ms > oldest_holder.start_ms:
+                continue
+            if period.start_ms > cur.start_ms:
+                instance, deps = self.derived(board_type, window, cur)
+                counted.append(instance)
+                due = period  # cur+1 holds it: prepare cur+2 from it
+            else:
+                counted.append(self.period_instance(board_type, window, period, DELTA))
+        if bucket.start_ms > self.shift(window, cur, 1).start_ms:
+            due = self.shift(window, bucket, -1)  # its period is prepared the bucket before
+        return RollingPlan(counted, deps, due)
+
+    def live_buckets(self, board_type: BoardType, window: Window, now: int, latest: int) -> list[Instance]:
+        """Every bucket that may hold data and still be read: from the newest an event may name
+        (`latest`) back to the oldest not yet expired."""
+        out = []
+        bucket = self.bucket_at(window, latest)
+        while now < self.bucket_expire_ms(board_type, window, bucket):
+            out.append(self.bucket(board_type, window, bucket))
+            bucket = self.shift(window, bucket, -1)
+        return out
+
+    def for_control(
+        self, board_type: BoardType, window: Window, periods: list[tuple[Period, int]], now: int, latest: int
+    ) -> list[Instance]:
+        """An erase's or reset's: the periods it names (with their expiry) and every live bucket
+        (a rolling window is reset whole: its periods are sums of the same buckets)."""
+        link = Rolling(DELTA, window.name)
+        named = [Instance(window_instance(window.name, p.id), expire, None, link) for p, expire in periods]
+        return named + self.live_buckets(board_type, window, now, latest)
+
+    def for_delete(self, board_type: BoardType, window: Window, now: int, latest: int) -> list[Instance]:
+        """A delete's: every period still taking events and every live bucket."""
+        cur = self.bucket_at(window, now)
+        periods = [
+            self.period_instance(board_type, window, p, DELTA)
+            for p in self.taking(board_type, window, cur, now)
+        ]
+        return periods + self.live_buckets(board_type, window, now, latest)
