@@ -335,13 +335,14 @@ for k, src in ipairs(sources) do
   end
   src.changed = false
 end
-local expires = {}
+local expires, any_rolling = {}, false
 for i = 1, W do
   expires[i] = ARGV[at + IA.EXPIRE]
   packings[i] = ENC.packing(tonumber(ARGV[at + IA.BITS]), tonumber(ARGV[at + IA.BASE]), mode)
   roles[i], groups[i] = ARGV[at + IA.ROLE], ARGV[at + IA.GROUP]
   from_[i], old_[i], new_[i] = tonumber(ARGV[at + IA.FROM]), tonumber(ARGV[at + IA.OLD]), tonumber(ARGV[at + IA.NEW])
   keep_[i] = tonumber(ARGV[at + IA.KEEP])
+  if roles[i] ~= 'z' then any_rolling = true end
   at = at + IA._N
   -- A general instance keeps a tie index unless it has a state hash. A new one (no rank zset
   -- yet) gets a state hash instead while the caller says so (H.INDEX '0': workers of a release
@@ -391,12 +392,15 @@ for e = 1, E do
   end
   ev.inst = inst
   -- decided in this order: buckets (the delta), the rest, derived periods (which read both)
-  local order = {}
-  for pass = 1, 3 do
-    for _, i in ipairs(inst) do
-      local r = roles[i]
-      if (pass == 1 and r == 'b') or (pass == 2 and r ~= 'b' and r ~= 'f') or (pass == 3 and r == 'f') then
-        order[#order + 1] = i
+  local order = inst
+  if any_rolling then
+    order = {}
+    for pass = 1, 3 do
+      for _, i in ipairs(inst) do
+        local r = roles[i]
+        if (pass == 1 and r == 'b') or (pass == 2 and r ~= 'b' and r ~= 'f') or (pass == 3 and r == 'f') then
+          order[#order + 1] = i
+        end
       end
     end
   end
@@ -471,11 +475,16 @@ local function plan_delta(c, delta, tie)
   return {v, t}
 end
 
--- a derived period's state of a member from the states `view` gives after this event:
--- R[q] - B[q-N+1] + B[q+1], kept from R[q] only if its latest event there is at or after KEEP
-local function plan_derived(i, c, view)
-  local r = from_[i] > 0 and view(from_[i]) or ABSENT
-  local n = new_[i] > 0 and view(new_[i]) or ABSENT
+-- a member's state in instance i after this event's planned changes (`post`), or before them
+local function view(post, i, member)
+  if i == 0 then return ABSENT end
+  return post[i] or load(i, member)
+end
+
+-- a derived period's state of a member after this event: R[q] - B[q-N+1] + B[q+1], kept from
+-- R[q] only if its latest event there is at or after KEEP
+local function plan_derived(i, c, post, member)
+  local r, n = view(post, from_[i], member), view(post, new_[i], member)
   local keep = r.present and r.tie >= keep_[i]
   if not (keep or n.present) then
     if c.present then return false end
@@ -483,7 +492,7 @@ local function plan_derived(i, c, view)
   end
   local v, t = 0, -1
   if keep then
-    local o = old_[i] > 0 and view(old_[i]) or ABSENT
+    local o = view(post, old_[i], member)
     v, t = r.score - (o.present and o.score or 0), r.tie
   end
   if n.present then v, t = v + n.score, math.max(t, n.tie) end
@@ -496,11 +505,6 @@ end
 local function decide(ev, member, op, score, tie)
   local plans, post, delta, in_range = {}, {}, {}, true
   local gone = op == 'delete' or op == 'erase'
-  local function view(i)
-    local p = post[i]
-    if p then return p end
-    return load(i, member)
-  end
   for k, i in ipairs(ev.order) do
     local c, role, new = load(i, member), roles[i], nil
     if gone and role ~= 'f' then
@@ -510,7 +514,7 @@ local function decide(ev, member, op, score, tie)
     elseif role == 'd' then
       new = plan_delta(c, delta[groups[i]], tie)
     elseif role == 'f' then
-      new = plan_derived(i, c, view)
+      new = plan_derived(i, c, post, member)
     else
       local v = plan(c, op, score)
       if v then new = {v, packings[i] and ENC.packed_tie(packings[i], tie) or tie} else new = v end
