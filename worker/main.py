@@ -170,7 +170,7 @@ def build_loop(
     if any(board_type.rolling for board_type in boards.types.values()):
         rolling = RollingPreparer(
             redis_client(settings), boards, settings.key_prefix, clock=clock, epoch=lambda: applier.epoch,
-            owner=transactional_id, publisher=acked,
+            owner=transactional_id, publisher=acked, metrics=metrics,
         )  # fmt: skip
         preparer = PreparerThread(rolling)
     fence = PredecessorFence(settings, client, transactional_id)

@@ -50,6 +50,19 @@ class WorkerMetrics:
             ["op"],
             registry=r,
         )  # erase | reset
+        self.rolling_prepared = Counter(
+            "rankstream_worker_rolling_periods_prepared",
+            "Rolling periods this worker prepared whole ahead of their bucket (worker/rolling.py)",
+            registry=r,
+        )
+        self.rolling_derived = Counter(
+            "rankstream_worker_rolling_members_derived",
+            "Members derived into prepared rolling periods",
+            registry=r,
+        )
+        self.rolling_failures = Counter(
+            "rankstream_worker_rolling_pass_failures", "Preparation passes that failed (retried)", registry=r
+        )
         self.retries = Counter(
             "rankstream_worker_batch_retries", "Batches rewound after a Redis or Kafka error", registry=r
         )

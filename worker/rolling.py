@@ -36,6 +36,7 @@ from common.periods import parse_period
 from common.store.apply import ApplyEvent, ApplyRequest, ApplyScript, ForeignEpoch, Instance
 from common.store.encoding import MemberState, decode_member, text, tie_mode
 from common.store.keys import BoardKeys, bucket_instance, rolling_due, window_instance
+from worker.metrics import WorkerMetrics
 from worker.publisher import CachePublisher
 from worker.rolling_slots import RollingSlots, unit_window
 
@@ -65,7 +66,9 @@ class RollingPreparer:
         owner: str,
         publisher: CachePublisher | None = None,
         page: int = PAGE,
+        metrics: WorkerMetrics | None = None,
     ) -> None:
+        self.metrics = metrics
         self._client = client
         self._boards = boards
         self._prefix = key_prefix
@@ -177,6 +180,8 @@ class RollingPreparer:
             self._publisher.flush(30.0)  # in update_cache before the marker says so
         self._client.set(marker, DONE, pxat=derived.expire_at_ms)
         self.stats.periods += 1
+        if self.metrics is not None:
+            self.metrics.rolling_prepared.inc()
         if self._client.exists(keys.rank(derived.name)):  # it carries members: prepare its successor
             following = self._slots.shift(window, source, 1)
             due = rolling_due(self._prefix, window.rolling_unit or "", following.id)
@@ -209,6 +214,8 @@ class RollingPreparer:
         (reply,) = self._script.run_many(self._client, [request])
         self.stats.calls += 1
         self.stats.members += len(members)
+        if self.metrics is not None:
+            self.metrics.rolling_derived.inc(len(members))
         if isinstance(reply, Exception):
             raise reply
         if isinstance(reply, ForeignEpoch):
@@ -255,4 +262,6 @@ class PreparerThread:
                 self.preparer.step()
             except Exception as exc:  # noqa: BLE001 - Redis or Kafka away: the next pass retries
                 _log.warning("rolling preparation failed, retrying", extra={"error": repr(exc)})
+                if self.preparer.metrics is not None:
+                    self.preparer.metrics.rolling_failures.inc()
             self._stop.wait(self._interval)
