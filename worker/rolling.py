@@ -1,7 +1,9 @@
 """Prepares each board's next rolling period while the current one runs (README "Rolling windows").
 
-Period q+1 of `last_<N><unit>` is R[q] - B[q-N+1] + B[q+1] (worker/rolling_slots.py). Events
-write it for the members they touch; this walks everyone else during bucket q, so at the
+Period q+1 of `last_<N><unit>` is R[q] - B[q-N+1] + B[q+1] (worker/rolling_slots.py). In the
+last quarter of bucket q (PREPARE_FROM) this walks every member of period q and of bucket q+1
+and derives its state in q+1; from the moment it claims the period, events write q+1 for the
+members they touch too (before, they spare that write: the walk comes after them). So at the
 boundary the next period is already whole: no job after it, no moment where it is wrong.
 
 Which boards: the set `{rolling}:<unit>:<bucket>` (common/store/keys.py rolling_due) names every
@@ -17,8 +19,9 @@ member an event writes meanwhile stays exact), then the marker says "done". Ever
 page: a page of 50 members keeps each under a millisecond on a board of any size. On hot boards
 each page's states go to update_cache (acknowledged) before the marker is set, so memory holds the
 next period whole at the boundary too. A set is walked while its bucket is current and the one
-before it (a worker that was down through a bucket catches up: until it has, that board's period
-is incomplete)."""
+before it (a worker that was down through a bucket's last quarter catches up: until it has, that
+board's period lacks the members nobody touched; each derive writes the exact state, so the
+catch-up heals it)."""
 
 from __future__ import annotations
 
@@ -43,6 +46,9 @@ from worker.rolling_slots import RollingSlots, unit_window
 _log = logging.getLogger(__name__)
 T = TypeVar("T")
 PAGE = 50  # members per derive call: well under 1 ms of Redis each
+# a period is prepared from when this share of the bucket before it has passed: until then events
+# spare the write to it (apply.lua: the walk, which comes after, derives every member anyway)
+PREPARE_FROM = 0.75
 LEASE_MS = 120_000  # a claim a crashed worker left is taken over after this
 DONE = b"done"
 
@@ -94,7 +100,8 @@ class RollingPreparer:
             if len(self._done) > 1_000_000:
                 self._done.clear()
             previous = self._slots.shift(window, cur, -1)
-            for bucket in (previous, cur):
+            ready = now >= cur.start_ms + int((cur.end_ms - cur.start_ms) * PREPARE_FROM)
+            for bucket in (previous, cur) if ready else (previous,):
                 key = rolling_due(self._prefix, unit, bucket.id)
                 size = int(self._client.scard(key))
                 if self._clean.get(key) == size:

@@ -6,11 +6,13 @@ and each period a board of its own. An event whose bucket is b writes, per rolli
   - its bucket b (role BUCKET): the event's delta in the window is the bucket's change;
   - the current period and closed ones still taking late events whose windows hold b (DELTA);
   - the next period, cur+1, prepared ahead (DERIVED: R[cur] - B[cur-N+1] + B[cur+1], absolute,
-    so it is exact whether or not worker/rolling.py has reached the member yet). Its inputs
-    ride in the call without counting the event (`deps`).
-So an event costs at most three writes per rolling window (its bucket, the current period and
-the next) plus one per closed period within late grace. A bucket further ahead than cur+1 (the
-allowed clock skew) is only stored: it enters the periods when worker/rolling.py prepares them.
+    so it is exact whether or not worker/rolling.py has reached the member yet), once its
+    preparation began (apply.lua checks its marker). Its inputs ride in the call without
+    counting the event (`deps`).
+So an event costs at most three writes per rolling window (its bucket, the current period and,
+in the last quarter of the bucket, the next) plus one per closed period within late grace. A
+bucket further ahead than cur+1 (the allowed clock skew) is only stored: it enters the periods
+when worker/rolling.py prepares them.
 A delete (and an erase) takes the member out of every bucket that may still be read and of every
 period still taking events: its call holds them all (`wide`)."""
 
@@ -110,10 +112,11 @@ class RollingSlots:
                 break
             if period.start_ms > oldest_holder.start_ms:
                 continue
+            if period.start_ms >= cur.start_ms:
+                due = cur  # the current or the next period holds it: prepare the next one now
             if period.start_ms > cur.start_ms:
                 instance, deps = self.derived(board_type, window, cur)
                 counted.append(instance)
-                due = period  # cur+1 holds it: prepare cur+2 from it
             else:
                 counted.append(self.period_instance(board_type, window, period, DELTA))
         if bucket.start_ms > self.shift(window, cur, 1).start_ms:

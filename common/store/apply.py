@@ -29,7 +29,7 @@ from common.store.scripts import ArgT, Call, load_script
 
 # where each field goes (apply.lua reads the positions from the tables of the same names)
 KEY = ("SEQ", "META", "FENCE", "IDW")  # the board's keys, then INST per instance
-INST = ("RANK", "OVERFLOW", "STATE", "INDEX", "RESET")
+INST = ("RANK", "OVERFLOW", "STATE", "INDEX", "RESET", "PREP")
 H = ("W", "E", "MODE", "DESC", "MAXM", "STATE", "EPOCH", "WINDOW", "CAP", "LEGACY_TTL", "S",
      "LOW", "HIGH", "INTEGRAL", "INDEX")  # ARGV header  # fmt: skip
 SRC = ("FIELD", "TOPIC", "LOW")  # ARGV per source, after the header; then IA per instance
@@ -175,6 +175,7 @@ class ApplyScript:
                 "STATE": keys.bucket(name) if bucket else keys.state(name),
                 "INDEX": keys.tie_index(name),  # unused by a packed window
                 "RESET": keys.reset_mark(name),  # read and written by a reset only
+                "PREP": keys.prepared(name),  # read for a derived rolling period only
             }
             key_list += [per[field] for field in INST]
         header: dict[str, str | int] = {

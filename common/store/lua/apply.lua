@@ -49,7 +49,9 @@
 -- in its window is its bucket's value after minus before. A DELTA ('d') period adds that delta
 -- (general layout; its tie is the member's latest event). A DERIVED ('f') period q+1, prepared
 -- ahead, is written absolute: R[q] - B[q-N+1] + B[q+1] from the call's instances FROM, OLD and
--- NEW, the member kept from R[q] only if its latest event there is at or after KEEP. Op `derive`
+-- NEW, the member kept from R[q] only if its latest event there is at or after KEEP, and only once
+-- its preparation began (its INST.PREP marker exists: before that the preparer's walk of R[q],
+-- which comes after, derives every member, so events spare the write). Op `derive`
 -- (worker/rolling.py) writes just that for one member, outside the fence, the id window and seq.
 -- A delete or erase empties the member's every instance of its call (the worker sends a delete on
 -- a board with rolling windows as an erase alone in its call, holding all the window's buckets).
@@ -126,6 +128,7 @@ local function load(i, member)
 end
 local packings = {}  -- instance -> ENC.packing (nil: the general layout), read with the ARGV
 local roles, groups, from_, old_, new_, keep_ = {}, {}, {}, {}, {}, {}  -- rolling (IA.ROLE...)
+local started = {}  -- derived instance -> its preparation began
 local indexes = {}  -- instance -> its tie index (TI.new); false: it keeps a state hash (or is packed)
 
 -- the zset scores of instance i's entries `zmembers` (by position; nil: in neither zset): one
@@ -343,6 +346,7 @@ for i = 1, W do
   from_[i], old_[i], new_[i] = tonumber(ARGV[at + IA.FROM]), tonumber(ARGV[at + IA.OLD]), tonumber(ARGV[at + IA.NEW])
   keep_[i] = tonumber(ARGV[at + IA.KEEP])
   if roles[i] ~= 'z' then any_rolling = true end
+  if roles[i] == 'f' then started[i] = redis.call('EXISTS', ikey(i, INST.PREP)) == 1 end
   at = at + IA._N
   -- A general instance keeps a tie index unless it has a state hash. A new one (no rank zset
   -- yet) gets a state hash instead while the caller says so (H.INDEX '0': workers of a release
@@ -514,7 +518,7 @@ local function decide(ev, member, op, score, tie)
     elseif role == 'd' then
       new = plan_delta(c, delta[groups[i]], tie)
     elseif role == 'f' then
-      new = plan_derived(i, c, post, member)
+      if started[i] or op == 'derive' then new = plan_derived(i, c, post, member) end
     else
       local v = plan(c, op, score)
       if v then new = {v, packings[i] and ENC.packed_tie(packings[i], tie) or tie} else new = v end
