@@ -36,6 +36,10 @@ from worker.rolling_slots import RollingSlots, unit_window
 
 _log = logging.getLogger(__name__)
 MAX_EVENTS_PER_CALL = 500  # bounds the time one script blocks Redis
+# A board with rolling windows writes more instances per event, on boards that grow to millions:
+# its calls hold at most this many (event, instance) counts, ~0.5-0.9 ms of Redis on a
+# million-member board (README "Rolling windows"), so no call blocks Redis for a millisecond
+ROLLING_COUNTS_PER_CALL = 48
 MAX_INSTANCES_PER_CALL = 48  # the window mask is a Lua double: 53 exact bits (control ops excepted)
 
 
@@ -152,6 +156,7 @@ class _Chunk:
     control: bool = False
     instances: dict[str, tuple[int, Instance]] = field(default_factory=dict)  # name -> (bit, instance)
     events: list[_Entry] = field(default_factory=list)
+    counts: int = 0  # (event, instance) pairs: the instances each event counts in, summed
     sources: dict[str, tuple[int, Source]] = field(default_factory=dict)  # field -> (number, source)
     # id(pairs) -> (pairs, mask, names): consecutive events share one `pairs` list (Applier's
     # memo), so their mask is computed once; holding `pairs` keeps its id from being reused
@@ -159,6 +164,8 @@ class _Chunk:
 
     def fits(self, pairs: list[Instance], control: bool = False, deps: Sequence[Instance] = ()) -> bool:
         if self.control or control or len(self.events) >= MAX_EVENTS_PER_CALL:
+            return False
+        if self.board_type.rolling and self.events and self.counts + len(pairs) > ROLLING_COUNTS_PER_CALL:
             return False
         if id(pairs) in self._masks:
             return True
@@ -190,6 +197,7 @@ class _Chunk:
             source = position.source
             self.sources.setdefault(source.field, (len(self.sources) + 1, source))
         self.events.append(_Entry(event, ts, known[1], known[2], late, position, closed, wide))
+        self.counts += len(known[2])
 
     def where(self, position: Position | None) -> int:
         """apply.lua's `where`: source number * 1000 + array index + 1 (0: no position)."""
