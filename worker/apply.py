@@ -21,6 +21,7 @@ from common.idwindow import LISTPACK_CAP, fingerprint
 from common.periods import Period, PeriodCache, expire_at_ms, no_period_span, parse_period, recent_periods
 from common.store.apply import (
     DERIVED,
+    UNREPORTED,
     ApplyEvent,
     ApplyReply,
     ApplyRequest,
@@ -560,7 +561,7 @@ def _decode(chunk: _Chunk, want: bool, reply: ApplyReply | Exception, epoch: str
         resets = None
         if want:
             names = sorted(entry.names, key=lambda n: chunk.instances[n][0])
-            states = dict(zip(names, got.states, strict=True))
+            states = {n: st for n, st in zip(names, got.states, strict=True) if st is not UNREPORTED}
             if got.resets:
                 resets = {name: seq for name, seq in zip(names, got.resets, strict=True) if seq > 0}
         if chunk.control and got.status is Status.APPLIED and entry.event.op in CONTROL_OPS:

@@ -13,10 +13,11 @@ whose prepared period holds members, so it is prepared again in the bucket after
 empties drops out: nothing to carry.
 
 How: per board and window, the marker `<board>:rp:<period>` is claimed ("busy:<owner>", with a
-lease), the source period's zsets and the entering bucket are walked with ZSCAN/HSCAN, and each
-page of members goes through apply.lua as op `derive` (the same formula as the events', so a
-member an event writes meanwhile stays exact), then the marker says "done". Every call is one
-page: a page of 25 members keeps each under a millisecond on a board of any size. On hot boards
+lease), the source period's members (through its tie index, statepage.lua: a member max_members
+moves between its zsets meanwhile is not missed) and the entering bucket's (HSCAN) are walked,
+and each page of members goes through apply.lua as op `derive` (the same formula as the events',
+so a member an event writes meanwhile stays exact), then the marker says "done". Every call is
+one page: a page of 25 members keeps each under a millisecond on a board of any size. On hot boards
 each page's states go to update_cache (acknowledged) before the marker is set, so memory holds the
 next period whole at the boundary too. A set is walked while its bucket is current and the one
 before it (a worker that was down through a bucket's last quarter catches up: until it has, that
@@ -29,15 +30,16 @@ import logging
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TypeVar, cast
 
 import redis
 
 from common.boards import BoardsConfig, BoardType, Window, split_board
 from common.clock import Clock
 from common.periods import parse_period
+from common.store import scan
 from common.store.apply import ApplyEvent, ApplyRequest, ApplyScript, ForeignEpoch, Instance
-from common.store.encoding import MemberState, decode_member, text, tie_mode
+from common.store.encoding import MemberState, text, tie_mode
 from common.store.keys import BoardKeys, bucket_instance, rolling_due, window_instance
 from worker.metrics import WorkerMetrics
 from worker.publisher import CachePublisher
@@ -170,19 +172,19 @@ class RollingPreparer:
             if held != f"busy:{self._owner}".encode():
                 return held == DONE  # another worker holds it: look again next pass
         hot = window.name in self._boards.hot_windows(board)
-        mode = tie_mode(board_type)
-        source_name = window_instance(window.name, source.id)
-        zsets = [keys.rank(source_name)]
-        if board_type.max_members:
-            zsets.append(keys.overflow(source_name))
         call = [derived, *deps]
-        for zset in zsets:
-            for page in _pages(self._client.zscan_iter(zset, count=self._page), self._page):
-                self._derive(keys, board_type, call, [decode_member(mode, text(m)) for m, _ in page], hot)
-                self._client.pexpire(marker, LEASE_MS)
+        # the source's members through its tie index: one max_members moves between its rank and
+        # overflow zsets meanwhile is still visited
+        members = scan.member_pages(
+            self._client, keys, window_instance(window.name, source.id), tie_mode(board_type), 4 * self._page
+        )
+        for page in _pages((m for found in members for m in found), self._page):
+            self._derive(keys, board_type, call, page, hot)
+            self._client.pexpire(marker, LEASE_MS)
         entering = keys.bucket(bucket_instance(window.name, self._slots.shift(window, source, 1).id))
-        for page in _pages(self._client.hscan_iter(entering, count=self._page), self._page):
-            self._derive(keys, board_type, call, [text(m) for m, _ in page], hot)
+        fields = (text(cast("tuple[bytes, bytes]", item)[0]) for item in self._client.hscan_iter(entering))
+        for page in _pages(fields, self._page):
+            self._derive(keys, board_type, call, page, hot)
         if self._publisher is not None and hot:
             self._publisher.flush(30.0)  # in update_cache before the marker says so
         self._client.set(marker, DONE, pxat=derived.expire_at_ms)

@@ -7,6 +7,7 @@ fields are this module's alone: the script reads its header through the generate
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -37,6 +38,7 @@ SRC = ("FIELD", "TOPIC", "LOW")  # ARGV per source, after the header; then IA pe
 IA = ("EXPIRE", "BITS", "BASE", "ROLE", "GROUP", "FROM", "OLD", "NEW", "KEEP")
 
 FOREIGN_EPOCH = -1  # the reply's first field when the board's fence belongs to another epoch
+UNREPORTED = MemberState(math.nan, -1)  # apply.lua's '~': no state to publish for this instance
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,7 +120,9 @@ class EventReply(NamedTuple):  # one per event
     status: Status
     seq: int  # the board's seq after the event
     failed_as: str | None  # FAILED: the error class its first delivery raised
-    states: tuple[MemberState | None, ...]  # want_state: per instance of its mask, in bit order
+    # want_state: per instance of its mask, in bit order; UNREPORTED: a derived rolling period
+    # the event did not write (its preparation has not begun), nothing to publish
+    states: tuple[MemberState | None, ...]
     meta: bytes | None  # want_state: the member's meta after the event
     # want_state, a reset: per instance the seq of its latest reset (0: none it remembers)
     resets: tuple[int, ...] = ()
@@ -246,7 +250,9 @@ class ApplyScript:
                     states = (None,) * n
                     resets = tuple(int(raw or 0) for raw in reply[pos : pos + n])
                 else:
-                    states = tuple(parse_state(raw) for raw in reply[pos : pos + n])
+                    states = tuple(
+                        UNREPORTED if raw == b"~" else parse_state(raw) for raw in reply[pos : pos + n]
+                    )
                 meta = reply[pos + n] or None
                 pos += n + 1
             out.append(EventReply(status, seq, failed_as, states, meta, resets))

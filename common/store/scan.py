@@ -65,6 +65,24 @@ def state_pages(
             return
 
 
+def member_pages(
+    client: redis.Redis, keys: BoardKeys, instance: str, mode: TieMode, size: int
+) -> Iterator[list[str]]:
+    """Every member of a general instance, about `size` a page (whole tie index buckets, or an
+    HSCAN page of a state hash): each call short, and a member max_members moves between the
+    rank and overflow zsets meanwhile is never missed (worker/rolling.py walks a period so)."""
+    if client.exists(keys.state(instance)):
+        for item in client.hscan_iter(keys.state(instance), count=size):
+            yield [text(cast("tuple[bytes, bytes]", item)[0])]
+        return
+    zsets = [keys.rank(instance), keys.overflow(instance), keys.tie_index(instance)]
+    cursor = 0
+    while cursor >= 0:
+        reply = cast(list[bytes], _STATE_PAGE.run(client, zsets, [cursor, size, mode.value]))
+        cursor = int(reply[0])
+        yield [text(member) for member in reply[1::2]]
+
+
 def _packed_pages(client: redis.Redis, keys: BoardKeys, instance: str) -> Iterator[list[tuple[bytes, bytes]]]:
     """A packed window's members, rank and overflow zsets together, page by page in value order
     (packedpage.lua: a member moving between the two while we page is never skipped)."""

@@ -19,7 +19,8 @@
 -- Returns, per event: status (C.ST; common/store/encoding.py Status), board seq, for FAILED the error
 -- class its first delivery raised (op 'x' records that), and when "want state"
 -- (hot boards): per instance in its mask, "<score>|<tie ms>" or "" for an absent member, then
--- the member's meta ('' if none), so update_cache always carries it. A board whose fence
+-- the member's meta ('' if none), so update_cache always carries it; '~' for a derived rolling
+-- period the event did not write (its preparation has not begun): nothing to publish. A board whose fence
 -- belongs to another epoch returns {-1, <its epoch>} and changes nothing.
 --
 -- Control ops (`rankstream erase` / `reset`, common/control.py) come alone in their call and
@@ -615,7 +616,13 @@ for _, ev in ipairs(events) do
         out[#out + 1] = reset and reset.seq or redis.call('GET', ikey(i, INST.RESET)) or ''
       else
         local c = load(i, member)
-        out[#out + 1] = c.present and ENC.state(fmt(c.score), c.tie) or ''
+        if roles[i] == 'f' and not started[i] and op ~= 'derive' then
+          -- a next period this event did not write: the preparer's walk publishes the member,
+          -- with the same seq; a record from here could arrive after it and undo it
+          out[#out + 1] = '~'
+        else
+          out[#out + 1] = c.present and ENC.state(fmt(c.score), c.tie) or ''
+        end
       end
     end
     out[#out + 1] = metas[member] or ''
