@@ -16,6 +16,7 @@ from zoneinfo import ZoneInfo
 import yaml
 
 from tests.period_model import BoardType, Calendar, Model, Seasons, Span, instant
+from tests.stream_events import fresh_ts, random_event
 
 MINUTE = 60_000
 DAY = 86_400_000
@@ -223,24 +224,13 @@ class Stream:
         return step
 
     def _event(self, board: str, ts: int, type_name: str) -> dict[str, Any]:
-        rng = self.rng
         self.ids += 1
-        member = rng.choice(MEMBERS[type_name])
-        event: dict[str, Any] = {"id": f"e{self.ids}", "board": board, "member": member}
-        op = rng.choices(["incr", "set", "best", "delete"], [60, 14, 16, 10])[0]
-        if op != "incr" or rng.random() < 0.5:
-            event["op"] = op
-        if op != "delete":
-            event["score"] = rng.randint(-3, 9) if op == "incr" else rng.randint(0, 14)
-        event["ts"] = ts
-        return event
+        member = self.rng.choice(MEMBERS[type_name])
+        return random_event(self.rng, f"e{self.ids}", board, member, ts=ts, weights=(60, 14, 16, 10))
 
     def _fresh(self, type_name: str, ts: int) -> int:
         """Each event of a type gets its own time: ties are decided by time alone."""
-        while ts in self.used[type_name]:
-            ts -= 1
-        self.used[type_name].add(ts)
-        return ts
+        return fresh_ts(self.used[type_name], ts)
 
     def _ranked(self, step: Step, type_name: str, ts: int) -> None:
         ts = self._fresh(type_name, ts)

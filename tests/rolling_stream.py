@@ -24,6 +24,7 @@ from zoneinfo import ZoneInfo
 import yaml
 
 from tests.rolling_model import DAY, HOUR, MINUTE, UNITS, BoardType, Model, instant
+from tests.stream_events import fresh_ts, random_event
 
 ZONE = "America/New_York"
 START = "2027-10-24T20:30"  # a Sunday evening: a week, then a month (and a week) begin
@@ -163,24 +164,13 @@ class Stream:
         return step
 
     def _event(self, board: str, ts: int, type_name: str) -> dict[str, Any]:
-        rng = self.rng
         self.ids += 1
-        member = rng.choice(MEMBERS[type_name])
-        event: dict[str, Any] = {"id": f"e{self.ids}", "board": board, "member": member}
-        op = rng.choices(["incr", "set", "best", "delete"], [70, 10, 13, 7])[0]
-        if op != "incr" or rng.random() < 0.5:
-            event["op"] = op
-        if op != "delete":
-            event["score"] = rng.randint(-3, 9) if op == "incr" else rng.randint(0, 14)
-        event["ts"] = ts
-        return event
+        member = self.rng.choice(MEMBERS[type_name])
+        return random_event(self.rng, f"e{self.ids}", board, member, ts=ts, weights=(70, 10, 13, 7))
 
     def _fresh(self, type_name: str, ts: int) -> int:
         """Each event of a type gets its own time: ties are decided by time alone."""
-        while ts in self.used[type_name]:
-            ts -= 1
-        self.used[type_name].add(ts)
-        return ts
+        return fresh_ts(self.used[type_name], ts)
 
     def _send(self, step: Step, type_name: str, ts: int) -> None:
         """To both boards of the type or one. Half the messages carry no ts: their Kafka

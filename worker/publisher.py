@@ -92,13 +92,7 @@ class CachePublisher:
                 if instance_window(instance) in hot:
                     latest[(board, instance, outcome.event.member)] = (state, outcome.seq, outcome.meta)
         for (board, instance, member), (state, seq, meta) in latest.items():
-            if state is None:
-                key, value = deleted_record(board, instance, member, seq, meta)
-            else:
-                key, value = state_record(
-                    board, instance, member, score=state.score, tie_ms=state.tie_ms, seq=seq, meta=meta
-                )
-            self.produce(board, key, value)
+            self.produce(board, *_member_record(board, instance, member, state, seq=seq, meta=meta))
         for (board, instance), seq in resets.items():
             self.produce(board, *reset_record(board, instance, seq))
         for board, seq in seqs.items():
@@ -111,16 +105,19 @@ class CachePublisher:
         """Queue one record per (member, state, meta, seq) of one instance: a rolling period
         being prepared (worker/rolling.py)."""
         for member, state, meta, seq in rows:
-            if state is None:
-                key, value = deleted_record(board, instance, member, seq, meta)
-            else:
-                key, value = state_record(
-                    board, instance, member, score=state.score, tie_ms=state.tie_ms, seq=seq, meta=meta
-                )
-            self.produce(board, key, value)
+            self.produce(board, *_member_record(board, instance, member, state, seq=seq, meta=meta))
 
     def flush(self, timeout: float) -> None:
         self._sink.flush(timeout)
+
+
+def _member_record(
+    board: str, instance: str, member: str, state: MemberState | None, *, seq: int, meta: bytes | None
+) -> tuple[bytes, bytes]:
+    """A member's state in an instance, or its absence (None)."""
+    if state is None:
+        return deleted_record(board, instance, member, seq, meta)
+    return state_record(board, instance, member, score=state.score, tie_ms=state.tie_ms, seq=seq, meta=meta)
 
 
 def _note_resets(resets: dict[tuple[str, str], int], outcome: Outcome, hot: tuple[str, ...]) -> None:

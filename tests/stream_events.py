@@ -1,0 +1,31 @@
+"""What the simulated event streams of the period and rolling oracles share (tests/period_stream.py,
+tests/rolling_stream.py): a random event of one member, and a time of its own per board type."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+OPS = ("incr", "set", "best", "delete")
+
+
+def random_event(
+    rng: random.Random, event_id: str, board: str, member: str, *, ts: int, weights: tuple[int, int, int, int]
+) -> dict[str, Any]:
+    """incr, set, best or delete by `weights` (half the incrs leave `op` out: the default)."""
+    event: dict[str, Any] = {"id": event_id, "board": board, "member": member}
+    op = rng.choices(OPS, weights)[0]
+    if op != "incr" or rng.random() < 0.5:
+        event["op"] = op
+    if op != "delete":
+        event["score"] = rng.randint(-3, 9) if op == "incr" else rng.randint(0, 14)
+    event["ts"] = ts
+    return event
+
+
+def fresh_ts(used: set[int], ts: int) -> int:
+    """`ts`, or the latest earlier ms not used yet: ties are decided by time alone."""
+    while ts in used:
+        ts -= 1
+    used.add(ts)
+    return ts
