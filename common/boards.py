@@ -26,8 +26,10 @@ from common.store.packing import longest_period_ms, packable, packable_bounds, t
 from common.windows import (
     CALENDAR_KINDS,
     DAY_MINUTES,
+    MAX_INSTANCES_PER_CALL,
     PERIOD_KINDS,
     SEASON_WINDOW,
+    SHORTEST_BUCKET_MS,
     Season,
     SeasonRule,
     Window,
@@ -381,6 +383,7 @@ def _build_type(name: str, model: _TypeModel, path: str, tz: ZoneInfo) -> BoardT
     )
     if board_type.score_range is not None:
         _check_packing(board_type, f"{path}.score_range")
+    _check_instances(board_type, f"{path}.windows")
     return board_type
 
 
@@ -452,6 +455,26 @@ def _score_range(values: list[int] | None, path: str) -> tuple[int, int] | None:
     if max(abs(low), abs(high)) > _EXACT_INTEGER:
         raise _InvalidConfigError(path, f"scores are exact up to +/-(2^53 - 1), got {values}")
     return low, high
+
+
+def _check_instances(board_type: BoardType, path: str) -> None:
+    """One event's instances fit one apply.lua call: a rolling window counts its bucket, the
+    current and next periods, what the next one reads (3) and each closed period its late grace
+    keeps open (worker/rolling_slots.py)."""
+    count = 0
+    for window in board_type.windows:
+        if window.kind is not WindowKind.ROLLING:
+            count += 1
+            continue
+        assert window.rolling_unit is not None
+        closed = -(-board_type.late_grace_ms // SHORTEST_BUCKET_MS[window.rolling_unit]) + 1
+        count += 6 + min(closed, board_type.retention[window.name])
+    if count > MAX_INSTANCES_PER_CALL:
+        raise _InvalidConfigError(
+            path,
+            f"an event of this type may count in {count} window instances, more than one call holds "
+            f"({MAX_INSTANCES_PER_CALL}): fewer rolling windows, or a shorter late_grace or retention",
+        )
 
 
 def _check_packing(board_type: BoardType, path: str) -> None:

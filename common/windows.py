@@ -21,6 +21,12 @@ from enum import StrEnum
 from zoneinfo import ZoneInfo
 
 MAX_ROLLING_COUNT = 10_000
+# the instances one apply.lua call holds (its window mask is a Lua double: 53 exact bits), so the
+# most one event may count in (worker/apply.py; common/boards.py checks each type against it)
+MAX_INSTANCES_PER_CALL = 48
+# the shortest a rolling window's bucket lasts (an hour a DST change shortens: 30 min in
+# Australia/Lord_Howe; a month: February), for how many closed periods late grace keeps open
+SHORTEST_BUCKET_MS = {"h": 1_800_000, "d": 82_800_000, "w": 601_200_000, "m": 2_415_600_000}
 SEASON_WINDOW = "season"
 DAY_MINUTES = 24 * 60
 EARLIEST_MS = 946_684_800_000  # 2000-01-01T00:00Z: no accepted event is older (common/events.py)

@@ -31,7 +31,8 @@ from common.store.apply import (
     Instance,
 )
 from common.store.encoding import MemberState, Status, tie_mode, window_packing
-from common.store.keys import TOTAL_INSTANCE, BoardKeys, rolling_due, window_instance
+from common.store.keys import TOTAL_INSTANCE, BoardKeys, rolling_boards, rolling_due, window_instance
+from common.windows import MAX_INSTANCES_PER_CALL as WINDOW_INSTANCES_PER_CALL
 from worker.faults import is_infrastructure
 from worker.rolling_slots import RollingSlots, unit_window
 
@@ -41,7 +42,8 @@ MAX_EVENTS_PER_CALL = 500  # bounds the time one script blocks Redis
 # its calls hold at most this many (event, instance) counts, ~0.5-0.9 ms of Redis on a
 # million-member board (README "Rolling windows"), so no call blocks Redis for a millisecond
 ROLLING_COUNTS_PER_CALL = 48
-MAX_INSTANCES_PER_CALL = 48  # the window mask is a Lua double: 53 exact bits (control ops excepted)
+# the window mask is a Lua double: 53 exact bits (control ops excepted; common/windows.py)
+MAX_INSTANCES_PER_CALL = WINDOW_INSTANCES_PER_CALL
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,7 +118,9 @@ class _Counted(NamedTuple):
     pairs: list[Instance]  # the instances an event counts in
     deps: tuple[Instance, ...]  # in its call too: what its derived rolling periods read
     late: int  # windows it missed because their period closed beyond late_grace
-    dues: tuple[tuple[str, Period], ...]  # (unit, bucket): its board's next rolling period to prepare
+    # its board's marks for worker/rolling.py: ("due", unit, bucket): a next period to prepare in
+    # that bucket; ("board", window, bucket): the newest bucket holding an event (a catch-up's list)
+    dues: tuple[tuple[str, str, Period], ...]
 
 
 @dataclass
@@ -239,7 +243,7 @@ class Applier:
         self._periods = PeriodCache(boards.timezone)
         self._slot_cache: dict[str, _Slots] = {}
         self._rolling = RollingSlots(boards.timezone)
-        self._registered: set[tuple[str, str]] = set()  # (registry key, board) added this process
+        self._registered: set[tuple[str, str, str]] = set()  # (key, board, bucket) written this process
         self._script = ApplyScript()
 
     def _slots(self, board_type: BoardType, ts: int) -> _Slots:
@@ -292,9 +296,10 @@ class Applier:
                 plan = self._rolling.for_event(board_type, window, ts, now)
                 pairs += plan.counted
                 deps += plan.deps
-                if plan.due is not None:
-                    assert window.rolling_unit is not None
-                    dues.append((window.rolling_unit, plan.due))
+                assert window.rolling_unit is not None
+                dues += [("due", window.rolling_unit, due) for due in plan.dues]
+                if plan.bucket is not None:
+                    dues.append(("board", window.name, plan.bucket))
             counted = memo.rolling[key] = _Counted(pairs, tuple(deps), known[2], tuple(dues))
         return counted
 
@@ -308,24 +313,33 @@ class Applier:
         ]
         return [inst for inst in counted.pairs if inst.rolling is None] + rolling
 
-    def _register(self, board: str, dues: Sequence[tuple[str, Period]]) -> None:
-        """Tell worker/rolling.py which boards have a next rolling period to prepare, once per
-        (board, bucket) per process; the set expires after the bucket after it."""
+    def _register(self, board: str, dues: Sequence[tuple[str, str, Period]]) -> None:
+        """Tell worker/rolling.py which boards have a next rolling period to prepare (a set per
+        unit and bucket, expiring after the bucket after it), and each window's newest bucket
+        holding an event of the board (GT: a late event doesn't lower it), once per process."""
         pipe = None
-        for unit, due in dues:
-            key = rolling_due(self._prefix, unit, due.id)
-            if (key, board) in self._registered:
+        added: list[tuple[str, str, str]] = []
+        for kind, name, bucket in dues:
+            key = (
+                rolling_due(self._prefix, name, bucket.id)
+                if kind == "due"
+                else rolling_boards(self._prefix, name)
+            )
+            if (key, board, bucket.id) in self._registered:
                 continue
-            if len(self._registered) > 200_000:
-                self._registered.clear()
-            self._registered.add((key, board))
+            added.append((key, board, bucket.id))
             if pipe is None:
                 pipe = self._client.pipeline(transaction=False)
-            window = unit_window(unit)
-            pipe.sadd(key, board)
-            pipe.pexpireat(key, self._rolling.shift(window, due, 2).start_ms)
+            if kind == "due":
+                pipe.sadd(key, board)
+                pipe.pexpireat(key, self._rolling.shift(unit_window(name), bucket, 2).start_ms)
+            else:
+                pipe.zadd(key, {board: bucket.start_ms}, gt=True)
         if pipe is not None:
-            pipe.execute()
+            pipe.execute()  # remembered once it is in Redis: a batch retried registers again
+            if len(self._registered) > 200_000:
+                self._registered.clear()
+            self._registered.update(added)
 
     def _control_instances(self, board_type: BoardType, event: UpdateEvent, now: int) -> list[Instance]:
         """What an erase or reset touches: an erase and a whole-board reset every instance that
@@ -365,7 +379,7 @@ class Applier:
         open_chunks: dict[str, _Chunk] = {}
         chunks: list[_Chunk] = []
         memo = _Memo()
-        dues: dict[str, set[tuple[str, Period]]] = {}
+        dues: dict[str, set[tuple[str, str, Period]]] = {}
         for (event, ts), position in zip(events, positions, strict=True):
             deps: tuple[Instance, ...] = ()
             wide = False
@@ -398,7 +412,7 @@ class Applier:
                 chunks.append(chunk)
             chunk.add(event, ts, pairs, late, position, closed=closed, deps=deps, wide=wide)
         for board, board_dues in dues.items():
-            self._register(board, sorted(board_dues, key=lambda due: (due[0], due[1].start_ms)))
+            self._register(board, sorted(board_dues, key=lambda due: (due[0], due[1], due[2].start_ms)))
         return chunks
 
     def _request(self, chunk: _Chunk, want_state: bool) -> ApplyRequest:

@@ -36,11 +36,18 @@ import redis
 
 from common.boards import BoardsConfig, BoardType, Window, split_board
 from common.clock import Clock
-from common.periods import parse_period
+from common.periods import Period, parse_period
 from common.store import scan
-from common.store.apply import ApplyEvent, ApplyRequest, ApplyScript, ForeignEpoch, Instance
+from common.store.apply import DERIVED, ApplyEvent, ApplyRequest, ApplyScript, ForeignEpoch, Instance, Rolling
 from common.store.encoding import MemberState, text, tie_mode
-from common.store.keys import BoardKeys, bucket_instance, rolling_due, window_instance
+from common.store.keys import (
+    BoardKeys,
+    bucket_instance,
+    rolling_boards,
+    rolling_due,
+    rolling_ready,
+    window_instance,
+)
 from worker.metrics import WorkerMetrics
 from worker.publisher import CachePublisher
 from worker.rolling_slots import RollingSlots, unit_window
@@ -53,6 +60,10 @@ PAGE = 25  # members per derive call: under 1 ms of Redis each (~30 us a member 
 PREPARE_FROM = 0.75
 LEASE_MS = 120_000  # a claim a crashed worker left is taken over after this
 DONE = b"done"
+
+
+class PrepareError(Exception):
+    """A page could not be derived: the period is left unfinished, the next pass retries it."""
 
 
 @dataclass
@@ -94,117 +105,186 @@ class RollingPreparer:
         self.stats = PrepareStats()
 
     def step(self) -> bool:
-        """One pass over every due set (the previous bucket's first); False when all is done."""
+        """One pass; False when nothing is left to do for now. Per unit: the period that began
+        with this bucket for each board due in the bucket before (done then, normally; rebuilt
+        from its buckets now if nobody prepared it), after an outage every board with events in
+        the window, and in the bucket's last quarter the next period of each board due now."""
         now = self._clock()
         pending = False
+        if len(self._done) > 1_000_000:
+            self._done.clear()
         for unit, window in self._units.items():
             cur = self._slots.bucket_at(window, now)
-            if len(self._done) > 1_000_000:
-                self._done.clear()
             previous = self._slots.shift(window, cur, -1)
-            ready = now >= cur.start_ms + int((cur.end_ms - cur.start_ms) * PREPARE_FROM)
-            for bucket in (previous, cur) if ready else (previous,):
-                key = rolling_due(self._prefix, unit, bucket.id)
-                size = int(self._client.scard(key))
-                if self._clean.get(key) == size:
-                    continue  # every board in it done, none added since
-                left = False
-                for raw in self._client.sscan_iter(key, count=500):
-                    board = text(raw)
-                    if (unit, bucket.id, board) in self._done:
-                        continue
-                    # the current period first, if it still had to be prepared (catching up)
-                    after = previous.id if bucket is cur else None
-                    if self.prepare_board(board, unit, bucket.id, now, after):
-                        self._done.add((unit, bucket.id, board))
-                    else:
-                        left = True
-                if left:
+            pending |= self._pass(unit, previous, now, rebuild=True)
+            ready = rolling_ready(self._prefix, unit, cur.id)
+            if (unit, cur.id, "") not in self._done and not self._client.exists(ready):
+                if self._catch_up(unit, cur, now):
                     pending = True
                 else:
-                    if len(self._clean) > 64:
-                        self._clean.clear()
-                    self._clean[key] = size
+                    self._mark_ready(ready, window, cur)
+                    self._done.add((unit, cur.id, ""))
+            if now >= cur.start_ms + int((cur.end_ms - cur.start_ms) * PREPARE_FROM):
+                if self._pass(unit, cur, now, rebuild=False):
+                    pending = True
+                else:  # every board due now has its next period: no catch-up after the boundary
+                    following = self._slots.shift(window, cur, 1)
+                    self._mark_ready(rolling_ready(self._prefix, unit, following.id), window, following)
         return pending
 
-    def prepare_board(
-        self, board: str, unit: str, bucket_id: str, now: int, after: str | None = None
+    def _mark_ready(self, key: str, window: Window, bucket: Period) -> None:
+        self._client.set(key, 1, pxat=self._slots.shift(window, bucket, 2).start_ms)
+
+    def _pass(self, unit: str, bucket: Period, now: int, *, rebuild: bool) -> bool:
+        """Prepare the period after `bucket` for every board due in it; True if some is left."""
+        key = rolling_due(self._prefix, unit, bucket.id)
+        size = int(self._client.scard(key))
+        if self._clean.get(key) == size:
+            return False  # every board in it done, none added since
+        left = False
+        for raw in self._client.sscan_iter(key, count=500):
+            board = text(raw)
+            if not self._board(board, unit, bucket.id, now, rebuild=rebuild):
+                left = True
+        if not left:
+            if len(self._clean) > 64:
+                self._clean.clear()
+            self._clean[key] = size
+        return left
+
+    def _catch_up(self, unit: str, cur: Period, now: int) -> bool:
+        """Nobody finished preparing the period `cur` begins (the workers were down through the
+        last quarter of the bucket before, or longer): rebuild it from the buckets for every board
+        with events in the window. True if some is left."""
+        left = False
+        for name in sorted(
+            {w.name for t in self._boards.types.values() for w in t.rolling if w.rolling_unit == unit}
+        ):
+            window = next(w for t in self._boards.types.values() for w in t.rolling if w.name == name)
+            oldest = self._slots.shift(window, self._slots.bucket_at(window, cur.start_ms), 1 - window.count)
+            key = rolling_boards(self._prefix, name)
+            self._client.zremrangebyscore(key, "-inf", f"({oldest.start_ms}")  # nothing left in the window
+            for raw, _ in self._client.zscan_iter(key, count=500):
+                if not self._board(
+                    text(raw), unit, self._slots.shift(window, cur, -1).id, now, rebuild=True, only=name
+                ):
+                    left = True
+        return left
+
+    def _board(
+        self, board: str, unit: str, bucket_id: str, now: int, *, rebuild: bool, only: str = ""
     ) -> bool:
-        """Prepare the period after `bucket_id` of each of the board's rolling windows of `unit`;
-        True when every one is done (by us or another worker). `after`: the bucket before, whose
-        due set names the board if the period after it (the source) must be prepared first."""
+        """The period after `bucket_id` of each of the board's rolling windows of `unit` (or of
+        window `only`); True when every one is done (by us or another worker). A board that fails
+        is counted and left for the next pass; the others go on."""
+        if (unit, bucket_id, board) in self._done:
+            return True
         parts = split_board(board)
         board_type = None if parts is None else self._boards.type_for(parts[0])
         if board_type is None:
             return True  # no longer in the config: nothing to prepare
         complete = True
         for window in board_type.rolling:
-            if window.rolling_unit != unit:
+            if window.rolling_unit != unit or (only and window.name != only):
                 continue
-            if after is not None and not self._source_ready(board, board_type, window, after, now):
-                complete = False  # catching up: the source is prepared first
-            elif not self._prepare(board, board_type, window, bucket_id, now):
+            try:
+                source = parse_period(window, bucket_id, self._boards.timezone)
+                if not self._prepare(board, board_type, window, source, now=now, rebuild=rebuild):
+                    complete = False
+            except (PrepareError, redis.ResponseError) as exc:
+                _log.warning("rolling period not prepared", extra={"board": board, "error": str(exc)})
+                if self.metrics is not None:
+                    self.metrics.rolling_failures.inc()
                 complete = False
+        if complete and not only:
+            self._done.add((unit, bucket_id, board))
         return complete
 
-    def _source_ready(self, board: str, board_type: BoardType, window: Window, after: str, now: int) -> bool:
-        """Whether the period after `after` (the source) is whole: prepared, or never due."""
+    def _prepare(
+        self, board: str, board_type: BoardType, window: Window, source: Period, *, now: int, rebuild: bool
+    ) -> bool:
+        """Prepare period q+1 (q = `source`) of one board: derive it from q, or rebuild it from
+        its buckets when catching up (q may lack late events then: it had closed)."""
         keys = BoardKeys(self._prefix, board)
-        if not self._client.sismember(rolling_due(self._prefix, window.rolling_unit or "", after), board):
-            return True
-        source = parse_period(window, after, self._boards.timezone)
+        target = self._slots.shift(window, source, 1)
         derived, _ = self._slots.derived(board_type, window, source)
-        return now >= derived.expire_at_ms or self._client.get(keys.prepared(derived.name)) == DONE
-
-    def _prepare(self, board: str, board_type: BoardType, window: Window, bucket_id: str, now: int) -> bool:
-        tz = self._boards.timezone
-        keys = BoardKeys(self._prefix, board)
-        source = parse_period(window, bucket_id, tz)
-        derived, deps = self._slots.derived(board_type, window, source)
         if now >= derived.expire_at_ms:
             return True  # expired before anyone prepared it (a worker down for its retention)
         marker = keys.prepared(derived.name)
-        state = self._client.get(marker)
-        if state == DONE:
-            return True
-        if not self._client.set(marker, f"busy:{self._owner}", nx=True, px=LEASE_MS):
+        claim = f"busy:{self._owner}".encode()
+        if not self._client.set(marker, claim, nx=True, px=LEASE_MS):
             held = self._client.get(marker)
-            if held != f"busy:{self._owner}".encode():
-                return held == DONE  # another worker holds it: look again next pass
+            if held != claim:
+                return held == DONE  # done, or another worker holds it: look again next pass
         hot = window.name in self._boards.hot_windows(board)
-        call = [derived, *deps]
-        # the source's members through its tie index: one max_members moves between its rank and
-        # overflow zsets meanwhile is still visited
-        members = scan.member_pages(
-            self._client, keys, window_instance(window.name, source.id), tie_mode(board_type), 4 * self._page
-        )
-        for page in _pages((m for found in members for m in found), self._page):
-            self._derive(keys, board_type, call, page, hot)
+        walk = self._rebuild if rebuild else self._walk
+        for call, op, page in walk(keys, board_type, window, source):
+            self._derive(keys, board_type, call, page, hot=hot, op=op)
             self._client.pexpire(marker, LEASE_MS)
-        entering = keys.bucket(bucket_instance(window.name, self._slots.shift(window, source, 1).id))
-        fields = (text(cast("tuple[bytes, bytes]", item)[0]) for item in self._client.hscan_iter(entering))
-        for page in _pages(fields, self._page):
-            self._derive(keys, board_type, call, page, hot)
         if self._publisher is not None and hot:
             self._publisher.flush(30.0)  # in update_cache before the marker says so
+        if self._client.get(marker) != claim:  # the lease lapsed meanwhile: events may have skipped it
+            raise PrepareError(f"lost the claim on {derived.name} of {board}: walking it again")
         self._client.set(marker, DONE, pxat=derived.expire_at_ms)
         self.stats.periods += 1
         if self.metrics is not None:
             self.metrics.rolling_prepared.inc()
         if self._client.exists(keys.rank(derived.name)):  # it carries members: prepare its successor
-            following = self._slots.shift(window, source, 1)
-            due = rolling_due(self._prefix, window.rolling_unit or "", following.id)
+            due = rolling_due(self._prefix, window.rolling_unit or "", target.id)
             self._client.sadd(due, board)
-            self._client.pexpireat(due, self._slots.shift(window, following, 2).start_ms)
-        _log.info("rolling period prepared", extra={"board": board, "instance": derived.name})
+            self._client.pexpireat(due, self._slots.shift(window, target, 2).start_ms)
+        _log.info(
+            "rolling period prepared", extra={"board": board, "instance": derived.name, "rebuilt": rebuild}
+        )
         return True
 
+    def _walk(
+        self, keys: BoardKeys, board_type: BoardType, window: Window, source: Period
+    ) -> Iterator[tuple[list[Instance], str, list[str]]]:
+        """Pages to derive into period q+1: the members of q (through its tie index: one
+        max_members moves between its rank and overflow zsets meanwhile is still visited), then
+        those of bucket q+1."""
+        derived, deps = self._slots.derived(board_type, window, source)
+        call = [derived, *deps]
+        found = scan.member_pages(
+            self._client, keys, window_instance(window.name, source.id), tie_mode(board_type), 4 * self._page
+        )
+        for page in _pages((m for members in found for m in members), self._page):
+            yield call, "derive", page
+        entering = keys.bucket(bucket_instance(window.name, self._slots.shift(window, source, 1).id))
+        fields = (text(cast("tuple[bytes, bytes]", item)[0]) for item in self._client.hscan_iter(entering))
+        for page in _pages(fields, self._page):
+            yield call, "derive", page
+
+    def _rebuild(
+        self, keys: BoardKeys, board_type: BoardType, window: Window, source: Period
+    ) -> Iterator[tuple[list[Instance], str, list[str]]]:
+        """Pages to rebuild period q+1 from its N buckets: every member of any of them."""
+        target = self._slots.shift(window, source, 1)
+        derived, _ = self._slots.derived(board_type, window, source)
+        buckets = [
+            self._slots.bucket(board_type, window, self._slots.shift(window, target, -k))
+            for k in range(window.count)
+        ]
+        call = [derived._replace(rolling=Rolling(DERIVED, window.name)), *buckets]
+        members: set[str] = set()
+        for bucket in buckets:
+            items = self._client.hscan_iter(keys.bucket(bucket.name), count=500)
+            members.update(text(cast("tuple[bytes, bytes]", item)[0]) for item in items)
+        for page in _pages(sorted(members), max(1, 200 // window.count)):  # each member reads every bucket
+            yield call, "rebuild", page
+
     def _derive(
-        self, keys: BoardKeys, board_type: BoardType, call: list[Instance], members: list[str], hot: bool
+        self,
+        keys: BoardKeys,
+        board_type: BoardType,
+        call: list[Instance],
+        members: list[str],
+        *,
+        hot: bool,
+        op: str,
     ) -> None:
-        """One page: apply.lua derives each member's state in the prepared period (call[0])."""
-        if not members:
-            return
+        """One page: apply.lua derives (or rebuilds) each member's state in the period call[0]."""
         request = ApplyRequest(
             keys=keys,
             instances=call,
@@ -217,7 +297,7 @@ class RollingPreparer:
             listpack_cap=128,
             legacy_ttl_ms=0,
             sources=[],
-            events=[ApplyEvent("derive", m, 0.0, 0, "", 1, 0, 0, b"") for m in members],
+            events=[ApplyEvent(op, m, 0.0, 0, "", 1, 0, 0, b"") for m in members],
             score_range=board_type.score_range,
         )
         (reply,) = self._script.run_many(self._client, [request])
@@ -227,8 +307,8 @@ class RollingPreparer:
             self.metrics.rolling_derived.inc(len(members))
         if isinstance(reply, Exception):
             raise reply
-        if isinstance(reply, ForeignEpoch):
-            return  # the board belongs to another epoch of the data set: the worker stops on it
+        if isinstance(reply, ForeignEpoch):  # not ours (yet: the worker has not read Redis' epoch)
+            raise PrepareError(f"board {keys.board} belongs to epoch {reply.found}, not {request.epoch}")
         if hot and self._publisher is not None:
             rows: list[tuple[str, MemberState | None, bytes | None, int]] = [
                 (m, got.states[0], got.meta, got.seq) for m, got in zip(members, reply, strict=True)

@@ -38,7 +38,8 @@ def unit_window(unit: str) -> Window:
 class RollingPlan:
     counted: list[Instance]  # in the event's mask
     deps: list[Instance]  # in the call only: what the derived period reads
-    due: Period | None  # the bucket during which the board's next period must be prepared
+    dues: tuple[Period, ...]  # the buckets during which the board's next period must be prepared
+    bucket: Period | None  # the event's bucket (None: too late to count anywhere)
 
 
 class RollingSlots:
@@ -102,35 +103,41 @@ class RollingSlots:
     def for_event(self, board_type: BoardType, window: Window, ts: int, now: int) -> RollingPlan:
         cur, bucket = self.bucket_at(window, now), self.bucket_at(window, ts)
         if now >= self.bucket_expire_ms(board_type, window, bucket):
-            return RollingPlan([], [], None)  # so late that every period holding it is closed
+            return RollingPlan([], [], (), None)  # so late that every period holding it is closed
         counted = [self.bucket(board_type, window, bucket)]
         deps: list[Instance] = []
         oldest_holder = self.shift(window, bucket, window.count - 1)  # the last period holding it
-        due = None
+        reach = False  # the current or the next period holds it
         for period in self.taking(board_type, window, cur, now):
             if period.start_ms < bucket.start_ms:
                 break
             if period.start_ms > oldest_holder.start_ms:
                 continue
-            if period.start_ms >= cur.start_ms:
-                due = cur  # the current or the next period holds it: prepare the next one now
+            reach = reach or period.start_ms >= cur.start_ms
             if period.start_ms > cur.start_ms:
                 instance, deps = self.derived(board_type, window, cur)
                 counted.append(instance)
             else:
                 counted.append(self.period_instance(board_type, window, period, DELTA))
-        if bucket.start_ms > self.shift(window, cur, 1).start_ms:
-            due = self.shift(window, bucket, -1)  # its period is prepared the bucket before
-        return RollingPlan(counted, deps, due)
+        following = self.shift(window, cur, 1)
+        # the walk that prepares the next period carries what it wrote: now, and in the next bucket
+        dues: tuple[Period, ...] = (cur, following) if reach else ()
+        if bucket.start_ms > following.start_ms:
+            dues = (self.shift(window, bucket, -1),)  # its period is prepared the bucket before
+        return RollingPlan(counted, deps, dues, bucket)
 
     def live_buckets(self, board_type: BoardType, window: Window, now: int, latest: int) -> list[Instance]:
         """Every bucket that may hold data and still be read: from the newest an event may name
         (`latest`) back to the oldest not yet expired."""
         out = []
         bucket = self.bucket_at(window, latest)
-        while now < self.bucket_expire_ms(board_type, window, bucket):
-            out.append(self.bucket(board_type, window, bucket))
-            bucket = self.shift(window, bucket, -1)
+        last_holder = self.shift(window, bucket, window.count)  # expiry: its end + late grace
+        while now < last_holder.end_ms + board_type.late_grace_ms:
+            expire = last_holder.end_ms + board_type.late_grace_ms
+            out.append(
+                Instance(bucket_instance(window.name, bucket.id), expire, None, Rolling(BUCKET, window.name))
+            )
+            bucket, last_holder = self.shift(window, bucket, -1), self.shift(window, last_holder, -1)
         return out
 
     def for_control(

@@ -36,6 +36,8 @@ board lives in one Cluster slot and one script may touch all of it.
 
     <prefix>{rolling}:<unit>:<bucket id>  set of the boards whose rolling windows of that unit
                                        need their next period prepared during that bucket
+    <prefix>{rolling}:<unit>:ready:<bucket id>  every board due before it was prepared for it
+    <prefix>{rolling}:<window>          zset board -> start ms of its newest bucket with an event
 
     <prefix>{owners:<group>}:<topic>   hash partition -> transactional id of the worker that
                                        last took it (worker/fencing.py)
@@ -133,6 +135,17 @@ def rolling_due(prefix: str, unit: str, bucket: str) -> str:
     """The boards whose rolling windows of `unit` (h, d, w, m) need their next period prepared
     while `bucket` is current (worker/rolling.py)."""
     return f"{prefix}{{rolling}}:{unit}:{bucket}"
+
+
+def rolling_boards(prefix: str, window: str) -> str:
+    """Every board with events in a rolling window: zset board -> the start ms of the newest
+    bucket holding one (worker/rolling.py catches them up after an outage)."""
+    return f"{prefix}{{rolling}}:{window}"
+
+
+def rolling_ready(prefix: str, unit: str, bucket: str) -> str:
+    """Set once every board due in the bucket before `bucket` has its period `bucket` prepared."""
+    return f"{prefix}{{rolling}}:{unit}:ready:{bucket}"
 
 
 def partition_owners(prefix: str, group: str, topic: str) -> str:

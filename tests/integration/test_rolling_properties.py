@@ -51,7 +51,13 @@ event_st = st.tuples(
     # ts: late (up to 3 h), now, or ahead (up to 25 h, past the next buckets)
     st.one_of(st.integers(-3 * HOUR, 0), st.just(0), st.integers(0, 25 * HOUR)),
 )
-step_st = st.tuples(st.integers(0, 55 * 60_000), st.lists(event_st, max_size=6))
+# (clock advance, events, whether the preparer runs before them): a long advance without the
+# preparer is an outage, after which the events of the backlog come before the catch-up
+step_st = st.tuples(
+    st.one_of(st.integers(0, 55 * 60_000), st.integers(60 * 60_000, 200 * 60_000)),
+    st.lists(event_st, max_size=6),
+    st.booleans(),
+)
 
 
 def _start() -> int:
@@ -81,7 +87,9 @@ def _fresh_model(tz: Any) -> Model:
     phases=[Phase.explicit, Phase.reuse, Phase.generate],
 )
 @given(steps=st.lists(step_st, min_size=4, max_size=14))
-def test_rolling_periods_match_the_model(rclient: redis.Redis, steps: list[tuple[int, list[Any]]]) -> None:
+def test_rolling_periods_match_the_model(
+    rclient: redis.Redis, steps: list[tuple[int, list[Any], bool]]
+) -> None:
     run = next(_runs)
     prefix = f"rp{run}-{time.time_ns()}:"
     boards = parse_boards(CONFIG)
@@ -92,9 +100,10 @@ def test_rolling_periods_match_the_model(rclient: redis.Redis, steps: list[tuple
     )
     model = _fresh_model(boards.timezone)
     ids = itertools.count()
-    for advance, events in steps:
+    seen: set[tuple[str, str]] = set()  # (window, period) checked while current
+    for advance, events, prepare_first in steps:
         now[0] += advance
-        while preparer.step():
+        while prepare_first and preparer.step():
             pass
         pairs = []
         for board, member, op, score, offset in events:
@@ -108,18 +117,26 @@ def test_rolling_periods_match_the_model(rclient: redis.Redis, steps: list[tuple
         applier.apply(pairs)
         while preparer.step():
             pass
-        _check(rclient, prefix, boards, model, now[0])
+        _check(rclient, prefix, boards, model, now=now[0], seen=seen)
 
 
-def _check(client: redis.Redis, prefix: str, boards: Any, model: Model, now: int) -> None:
+def _check(
+    client: redis.Redis, prefix: str, boards: Any, model: Model, *, now: int, seen: set[tuple[str, str]]
+) -> None:
+    """Each rolling window's current period, the previous one if it was checked while current
+    (one an outage skipped stays as the outage left it), and the next one once prepared."""
     for board in BOARDS:
         board_type = boards.type_for(board[0])
         asc = board_type.order.value == "asc"
         for window in TYPES[board[0]].rolling:
             cur = model.current(window, now)
+            previous = model.previous(window, cur)
+            seen.add((window, cur))
             following = model.shift(window, cur, 1)
-            for period in (model.previous(window, cur), cur, following):
-                if not model.readable(board, window, period, now):
+            for period in (previous, cur, following):
+                if not model.readable(board, window, period, now) or (
+                    period == previous and (window, period) not in seen
+                ):
                     continue
                 marker = f"{prefix}{{{board}}}:rp:{window}:{period}"
                 if period == following and client.get(marker) != b"done":

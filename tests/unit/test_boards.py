@@ -234,6 +234,12 @@ BAD_CONFIGS: list[tuple[str, str, str, str]] = [
     ("rolling N of 0", "types: {gift: {windows: [last_0h]}}", "types.gift.windows[0]", "1..10000"),
     ("rolling N too large", "types: {gift: {windows: [last_10001d]}}", "types.gift.windows[0]", "1..10000"),
     (
+        "an event would count in more instances than a call holds",
+        "types: {gift: {windows: [total, hour, last_72h], retention: {last_72h: 72}, late_grace: 3d}}",
+        "types.gift.windows",
+        "may count in 80 window instances, more than one call holds (48)",
+    ),
+    (
         "rolling unit unknown",
         "types: {gift: {windows: [last_3y]}}",
         "types.gift.windows[0]",

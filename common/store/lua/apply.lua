@@ -53,7 +53,9 @@
 -- NEW, the member kept from R[q] only if its latest event there is at or after KEEP, and only once
 -- its preparation began (its INST.PREP marker exists: before that the preparer's walk of R[q],
 -- which comes after, derives every member, so events spare the write). Op `derive`
--- (worker/rolling.py) writes just that for one member, outside the fence, the id window and seq.
+-- (worker/rolling.py) writes just that for one member, outside the fence, the id window and seq;
+-- op `rebuild` instead sums the member's values in every bucket of the call (catching up a period
+-- whose preparation nobody ran: then the period before it can lack late events).
 -- A delete or erase empties the member's every instance of its call (the worker sends a delete on
 -- a board with rolling windows as an erase alone in its call, holding all the window's buckets).
 
@@ -130,6 +132,7 @@ end
 local packings = {}  -- instance -> ENC.packing (nil: the general layout), read with the ARGV
 local roles, groups, from_, old_, new_, keep_ = {}, {}, {}, {}, {}, {}  -- rolling (IA.ROLE...)
 local started = {}  -- derived instance -> its preparation began
+local bucket_list = {}  -- the call's rolling buckets (op rebuild sums them)
 local indexes = {}  -- instance -> its tie index (TI.new); false: it keeps a state hash (or is packed)
 
 -- the zset scores of instance i's entries `zmembers` (by position; nil: in neither zset): one
@@ -348,6 +351,7 @@ for i = 1, W do
   keep_[i] = tonumber(ARGV[at + IA.KEEP])
   if roles[i] ~= 'z' then any_rolling = true end
   if roles[i] == 'f' then started[i] = redis.call('EXISTS', ikey(i, INST.PREP)) == 1 end
+  if roles[i] == 'b' then bucket_list[#bucket_list + 1] = i end
   at = at + IA._N
   -- A general instance keeps a tie index unless it has a state hash. A new one (no rank zset
   -- yet) gets a state hash instead while the caller says so (H.INDEX '0': workers of a release
@@ -410,7 +414,8 @@ for e = 1, E do
     end
   end
   ev.order = order
-  if ev.op ~= 'x' and ev.op ~= 'derive' then fps[#fps + 1] = ev.fp end
+  local preparing = ev.op == 'derive' or ev.op == 'rebuild'
+  if ev.op ~= 'x' and not preparing then fps[#fps + 1] = ev.fp end
   if ev.op ~= 'x' and ev.op ~= 'reset' then  -- a reset reads no member
     if not seen[ev.member] then
       seen[ev.member] = true
@@ -424,7 +429,11 @@ for e = 1, E do
     end
     for _, i in ipairs(inst) do
       wants(i)
-      if roles[i] == 'f' then wants(from_[i]); wants(old_[i]); wants(new_[i]) end
+      if roles[i] == 'f' and ev.op == 'rebuild' then
+        for _, b in ipairs(bucket_list) do wants(b) end
+      elseif roles[i] == 'f' then
+        wants(from_[i]); wants(old_[i]); wants(new_[i])
+      end
     end
   end
 end
@@ -505,6 +514,24 @@ local function plan_derived(i, c, post, member)
   return {v, t}
 end
 
+-- a rebuilt period's state of a member: the sum of its values in the call's buckets
+local function plan_sum(c, post, member)
+  local v, t, present = 0, -1, false
+  for _, b in ipairs(bucket_list) do
+    local got = view(post, b, member)
+    if got.present then
+      v, present = v + got.score, true
+      if got.tie > t then t = got.tie end
+    end
+  end
+  if not present then
+    if c.present then return false end
+    return nil
+  end
+  if c.present and v == c.score and t == c.tie then return nil end
+  return {v, t}
+end
+
 -- Plan the event in every instance it counts in before changing any (an out-of-range result
 -- changes nothing: false), then change the cache. `derive` plans its derived periods alone.
 local function decide(ev, member, op, score, tie)
@@ -519,14 +546,18 @@ local function decide(ev, member, op, score, tie)
     elseif role == 'd' then
       new = plan_delta(c, delta[groups[i]], tie)
     elseif role == 'f' then
-      if started[i] or op == 'derive' then new = plan_derived(i, c, post, member) end
+      if op == 'rebuild' then new = plan_sum(c, post, member)
+      elseif started[i] or op == 'derive' then new = plan_derived(i, c, post, member) end
     else
       local v = plan(c, op, score)
       if v then new = {v, packings[i] and ENC.packed_tie(packings[i], tie) or tie} else new = v end
     end
     if new then
       local v = new[1]
-      if v < low or v > high or (integral and v ~= math.floor(v)) then in_range = false end
+      -- a rolling period's score is a sum of buckets: the range holds for each bucket's value
+      if (role == 'z' or role == 'b') and (v < low or v > high or (integral and v ~= math.floor(v))) then
+        in_range = false
+      end
       post[i] = {present = true, score = v, tie = new[2]}
     elseif new == false then
       post[i] = ABSENT
@@ -570,9 +601,8 @@ for _, ev in ipairs(events) do
     -- class): a redelivery of it is dead-lettered again, not taken for applied
     status, failed_as = ST.FAILED, member
     if src then src.rejected[pos_key(offset, sub)] = member end
-  elseif op == 'derive' then
-    -- a member of a rolling period prepared ahead: no event, so no fence, id or seq (a result
-    -- out of the declared range can't come from events that were in it)
+  elseif op == 'derive' or op == 'rebuild' then
+    -- a member of a rolling period prepared ahead (or caught up): no event, so no fence, id or seq
     status = ST.APPLIED
     decide(ev, member, op, score, tie)
   elseif IDW.seen(ids, fp) or (legacy and (legacy_new[legacy_key] or redis.call('EXISTS', legacy_key) == 1)) then
@@ -616,7 +646,7 @@ for _, ev in ipairs(events) do
         out[#out + 1] = reset and reset.seq or redis.call('GET', ikey(i, INST.RESET)) or ''
       else
         local c = load(i, member)
-        if roles[i] == 'f' and not started[i] and op ~= 'derive' then
+        if roles[i] == 'f' and not started[i] and op ~= 'derive' and op ~= 'rebuild' then
           -- a next period this event did not write: the preparer's walk publishes the member,
           -- with the same seq; a record from here could arrive after it and undo it
           out[#out + 1] = '~'
