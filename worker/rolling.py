@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TypeVar, cast
@@ -59,6 +60,7 @@ PAGE = 25  # members per derive call: under 1 ms of Redis each (~30 us a member 
 # spare the write to it (apply.lua: the walk, which comes after, derives every member anyway)
 PREPARE_FROM = 0.75
 LEASE_MS = 120_000  # a claim a crashed worker left is taken over after this
+RENEW_S = 5.0  # a claim held is renewed this often
 DONE = b"done"
 
 
@@ -218,9 +220,12 @@ class RollingPreparer:
                 return held == DONE  # done, or another worker holds it: look again next pass
         hot = window.name in self._boards.hot_windows(board)
         walk = self._rebuild if rebuild else self._walk
+        renewed = time.monotonic()
         for call, op, page in walk(keys, board_type, window, source):
             self._derive(keys, board_type, call, page, hot=hot, op=op)
-            self._client.pexpire(marker, LEASE_MS)
+            if time.monotonic() - renewed > RENEW_S:
+                self._client.pexpire(marker, LEASE_MS)
+                renewed = time.monotonic()
         if self._publisher is not None and hot:
             self._publisher.flush(30.0)  # in update_cache before the marker says so
         if self._client.get(marker) != claim:  # the lease lapsed meanwhile: events may have skipped it
@@ -252,7 +257,8 @@ class RollingPreparer:
         for page in _pages((m for members in found for m in members), self._page):
             yield call, "derive", page
         entering = keys.bucket(bucket_instance(window.name, self._slots.shift(window, source, 1).id))
-        fields = (text(cast("tuple[bytes, bytes]", item)[0]) for item in self._client.hscan_iter(entering))
+        items = self._client.hscan_iter(entering, count=4 * self._page)
+        fields = (text(cast("tuple[bytes, bytes]", item)[0]) for item in items)
         for page in _pages(fields, self._page):
             yield call, "derive", page
 

@@ -54,6 +54,24 @@ from dataclasses import dataclass
 TOTAL_INSTANCE = "total"
 
 
+# A period's tie index is thousands of small keys on a big board; expiring all of them at one
+# instant blocks Redis' expire cycle for milliseconds (small keys are freed inline, lazyfree or
+# not). Each index key expires up to this long after its period instead (tieindex.lua), spread
+# by a hash of its name; nothing reads an index after its period expired.
+INDEX_EXPIRY_SPREAD_MS = 60_000
+_SLOT_PRIME = 16_777_213  # xhash.lua XH.string_slot: djb2 modulo the largest prime below 2^24
+
+
+def index_expiry(expire_at_ms: int, key: str) -> int:
+    """When a tie index key of a period expiring at `expire_at_ms` expires (0: never)."""
+    if expire_at_ms == 0:
+        return 0
+    h = 5381
+    for byte in key.encode():
+        h = (h * 33 + byte) % _SLOT_PRIME
+    return expire_at_ms + h % INDEX_EXPIRY_SPREAD_MS
+
+
 BUCKET_PREFIX = "b~"  # a rolling bucket's instance name: never a window's (no `:` before it)
 
 

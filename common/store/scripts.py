@@ -19,6 +19,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import NoScriptError
 
 from common.store.encoding import EXACT_MAX, TIE_MAX, TIE_WIDTH, Status
+from common.store.keys import INDEX_EXPIRY_SPREAD_MS
 
 KeyT = str | bytes
 ArgT = str | bytes | int | float
@@ -83,6 +84,7 @@ Layouts = tuple[tuple[str, tuple[str, ...]], ...]
 def _prelude(layouts: Layouts) -> str:
     statuses = ", ".join(f"{s.name} = {s.value}" for s in Status)
     shared = f"EXACT = {EXACT_MAX}, TIE_MAX = {TIE_MAX}, TIE_WIDTH = {TIE_WIDTH}"
+    shared += f", INDEX_SPREAD = {INDEX_EXPIRY_SPREAD_MS}"
     lines = [f"local C = {{{shared}, ST = {{{statuses}}}}}"]
     for table, names in layouts:
         fields = ", ".join(f"{n} = {i}" for i, n in enumerate(names, 1))

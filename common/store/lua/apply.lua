@@ -428,11 +428,13 @@ for e = 1, E do
       end
     end
     for _, i in ipairs(inst) do
-      wants(i)
-      if roles[i] == 'f' and ev.op == 'rebuild' then
+      if roles[i] ~= 'f' then
+        wants(i)
+      elseif ev.op == 'rebuild' then
+        wants(i)
         for _, b in ipairs(bucket_list) do wants(b) end
-      elseif roles[i] == 'f' then
-        wants(from_[i]); wants(old_[i]); wants(new_[i])
+      elseif started[i] or preparing then  -- not written before its preparation began: not read
+        wants(i); wants(from_[i]); wants(old_[i]); wants(new_[i])
       end
     end
   end

@@ -8,13 +8,17 @@
 -- member's slot value is XH.string_slot of its id). Small buckets are listpacks: an entry costs
 -- about its id and ~10 bytes, where a field of one big hash costs ~60 more. Hashes, not zsets:
 -- a listpack hash sets a field in place, where a zset re-sorts it (~1.8 against ~3 us).
--- A period's index keys expire with it (`expire_at`, '0' = never).
+-- A period's index keys expire with it (`expire_at`, '0' = never), spread over a minute after.
 
 local TI = {}
 
 function TI.new(dir, cap, expire_at)
+  -- each key up to C.INDEX_SPREAD ms after its period (common/store/keys.py index_expiry): a
+  -- big period's thousands of index keys expiring at once would block Redis' expire cycle
   local function expire(key)
-    if expire_at ~= '0' then redis.call('PEXPIREAT', key, expire_at) end
+    if expire_at ~= '0' then
+      redis.call('PEXPIREAT', key, string.format('%d', tonumber(expire_at) + XH.string_slot(key) % C.INDEX_SPREAD))
+    end
   end
   return {x = XH.new(dir, cap, XH.string_slot, expire, true)}
 end
