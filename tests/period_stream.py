@@ -5,7 +5,6 @@ the last ms of a late grace and the first ms after it."""
 
 from __future__ import annotations
 
-import json
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -16,7 +15,7 @@ from zoneinfo import ZoneInfo
 import yaml
 
 from tests.period_model import BoardType, Calendar, Model, Seasons, Span, instant
-from tests.stream_events import fresh_ts, random_event
+from tests.stream_events import Message, fresh_ts, random_event
 
 MINUTE = 60_000
 DAY = 86_400_000
@@ -144,17 +143,6 @@ SCENARIOS = {
         ),
     ),
 }
-
-
-@dataclass
-class Message:
-    key: str
-    kafka_ts: int
-    events: list[dict[str, Any]]
-    array: bool
-
-    def value(self) -> bytes:
-        return json.dumps(self.events if self.array else self.events[0]).encode()
 
 
 @dataclass

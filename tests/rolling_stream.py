@@ -14,7 +14,6 @@ instant must lie ahead of the real clock."""
 from __future__ import annotations
 
 import itertools
-import json
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -24,7 +23,7 @@ from zoneinfo import ZoneInfo
 import yaml
 
 from tests.rolling_model import DAY, HOUR, MINUTE, UNITS, BoardType, Model, instant
-from tests.stream_events import fresh_ts, random_event
+from tests.stream_events import Message, fresh_ts, random_event
 
 ZONE = "America/New_York"
 START = "2027-10-24T20:30"  # a Sunday evening: a week, then a month (and a week) begin
@@ -65,17 +64,6 @@ def model() -> Model:
     tz = ZoneInfo(ZONE)
     start, end = instant(START, tz), instant(END, tz)
     return Model(tz, start - 120 * DAY, end + 200 * DAY, TYPES, SKEW)
-
-
-@dataclass
-class Message:
-    key: str
-    kafka_ts: int
-    events: list[dict[str, Any]]
-    array: bool
-
-    def value(self) -> bytes:
-        return json.dumps(self.events if self.array else self.events[0]).encode()
 
 
 @dataclass

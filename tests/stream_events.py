@@ -1,12 +1,27 @@
 """What the simulated event streams of the period and rolling oracles share (tests/period_stream.py,
-tests/rolling_stream.py): a random event of one member, and a time of its own per board type."""
+tests/rolling_stream.py): their messages, a random event of one member, a time of its own per board type."""
 
 from __future__ import annotations
 
+import json
 import random
+from dataclasses import dataclass
 from typing import Any
 
 OPS = ("incr", "set", "best", "delete")
+
+
+@dataclass
+class Message:
+    """One Kafka message of a stream: one event, or an array of them."""
+
+    key: str
+    kafka_ts: int
+    events: list[dict[str, Any]]
+    array: bool
+
+    def value(self) -> bytes:
+        return json.dumps(self.events if self.array else self.events[0]).encode()
 
 
 def random_event(

@@ -47,6 +47,7 @@ from common.store.keys import (
     rolling_boards,
     rolling_due,
     rolling_ready,
+    rolling_since,
     window_instance,
 )
 from worker.metrics import WorkerMetrics
@@ -121,7 +122,9 @@ class RollingPreparer:
             pending |= self._pass(unit, previous, now, rebuild=True)
             ready = rolling_ready(self._prefix, unit, cur.id)
             if (unit, cur.id, "") not in self._done and not self._client.exists(ready):
-                if self._catch_up(unit, cur, now):
+                if self._since(unit, cur) >= cur.start_ms:  # the first bucket any worker prepares in:
+                    self._mark_ready(ready, window, cur)  # nothing was prepared before, nothing missed
+                elif self._catch_up(unit, cur, now):
                     pending = True
                 else:
                     self._mark_ready(ready, window, cur)
@@ -133,6 +136,13 @@ class RollingPreparer:
                     following = self._slots.shift(window, cur, 1)
                     self._mark_ready(rolling_ready(self._prefix, unit, following.id), window, following)
         return pending
+
+    def _since(self, unit: str, cur: Period) -> int:
+        """The start of the first bucket in which a worker prepared periods of this unit (set now
+        if none did): a catch-up is for periods a running service failed to prepare."""
+        key = rolling_since(self._prefix, unit)
+        self._client.set(key, cur.start_ms, nx=True)
+        return int(self._client.get(key) or cur.start_ms)
 
     def _mark_ready(self, key: str, window: Window, bucket: Period) -> None:
         self._client.set(key, 1, pxat=self._slots.shift(window, bucket, 2).start_ms)

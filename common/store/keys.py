@@ -38,6 +38,7 @@ board lives in one Cluster slot and one script may touch all of it.
                                        need their next period prepared during that bucket
     <prefix>{rolling}:<unit>:ready:<bucket id>  every board due before it was prepared for it
     <prefix>{rolling}:<window>          zset board -> start ms of its newest bucket with an event
+    <prefix>{rolling}:<unit>:since      start ms of the first bucket a worker prepared in
 
     <prefix>{owners:<group>}:<topic>   hash partition -> transactional id of the worker that
                                        last took it (worker/fencing.py)
@@ -164,6 +165,11 @@ def rolling_boards(prefix: str, window: str) -> str:
 def rolling_ready(prefix: str, unit: str, bucket: str) -> str:
     """Set once every board due in the bucket before `bucket` has its period `bucket` prepared."""
     return f"{prefix}{{rolling}}:{unit}:ready:{bucket}"
+
+
+def rolling_since(prefix: str, unit: str) -> str:
+    """The start ms of the first bucket in which a worker prepared rolling periods of `unit`."""
+    return f"{prefix}{{rolling}}:{unit}:since"
 
 
 def partition_owners(prefix: str, group: str, topic: str) -> str:
