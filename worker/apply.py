@@ -271,7 +271,7 @@ class Applier:
                 late_after = min(period.end_ms + board_type.late_grace_ms, expire)
                 slots.append((_period_instance(board_type, window, period, expire), late_after))
                 start, end = max(start, period.reuse_from), min(end, period.reuse_until)
-            # rolling windows depend on the clock too: _rolling_instances
+            # rolling windows depend on the clock too: _instances
         cached = _Slots(start, end, slots)
         self._slot_cache[board_type.name] = cached
         return cached

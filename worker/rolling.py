@@ -31,12 +31,13 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import TypeVar, cast
+from typing import TypeVar
 
 import redis
 
 from common.boards import BoardsConfig, BoardType, Window, split_board
 from common.clock import Clock
+from common.idwindow import LISTPACK_CAP
 from common.periods import Period, parse_period
 from common.store import scan
 from common.store.apply import DERIVED, ApplyEvent, ApplyRequest, ApplyScript, ForeignEpoch, Instance, Rolling
@@ -103,8 +104,12 @@ class RollingPreparer:
         self._script = ApplyScript()
         self._done: set[tuple[str, str, str]] = set()  # (unit, bucket, board) prepared whole
         self._clean: dict[str, int] = {}  # due set -> its size when a pass found all of it done
-        units = {w.rolling_unit for t in boards.types.values() for w in t.rolling}
-        self._units = {u: unit_window(u) for u in sorted(u for u in units if u is not None)}
+        # each unit's windows (one per name: types share them)
+        windows = {w.name: w for t in boards.types.values() for w in t.rolling}
+        self._windows: dict[str, list[Window]] = {}
+        for window in sorted(windows.values(), key=lambda w: w.name):
+            self._windows.setdefault(window.rolling_unit or "", []).append(window)
+        self._units = {u: unit_window(u) for u in sorted(self._windows)}
         self.stats = PrepareStats()
 
     def step(self) -> bool:
@@ -122,9 +127,9 @@ class RollingPreparer:
             pending |= self._pass(unit, previous, now, rebuild=True)
             ready = rolling_ready(self._prefix, unit, cur.id)
             if (unit, cur.id, "") not in self._done and not self._client.exists(ready):
-                if self._since(unit, cur) >= cur.start_ms:  # the first bucket any worker prepares in:
-                    self._mark_ready(ready, window, cur)  # nothing was prepared before, nothing missed
-                elif self._catch_up(unit, cur, now):
+                # the first bucket any worker prepares in: nothing was prepared before, nothing missed
+                first = self._since(unit, cur) >= cur.start_ms
+                if not first and self._catch_up(unit, cur, now):
                     pending = True
                 else:
                     self._mark_ready(ready, window, cur)
@@ -169,17 +174,15 @@ class RollingPreparer:
         last quarter of the bucket before, or longer): rebuild it from the buckets for every board
         with events in the window. True if some is left."""
         left = False
-        for name in sorted(
-            {w.name for t in self._boards.types.values() for w in t.rolling if w.rolling_unit == unit}
-        ):
-            window = next(w for t in self._boards.types.values() for w in t.rolling if w.name == name)
-            oldest = self._slots.shift(window, self._slots.bucket_at(window, cur.start_ms), 1 - window.count)
-            key = rolling_boards(self._prefix, name)
+        for window in self._windows[unit]:
+            oldest, previous = (
+                self._slots.shift(window, cur, 1 - window.count),
+                self._slots.shift(window, cur, -1),
+            )
+            key = rolling_boards(self._prefix, window.name)
             self._client.zremrangebyscore(key, "-inf", f"({oldest.start_ms}")  # nothing left in the window
             for raw, _ in self._client.zscan_iter(key, count=500):
-                if not self._board(
-                    text(raw), unit, self._slots.shift(window, cur, -1).id, now, rebuild=True, only=name
-                ):
+                if not self._board(text(raw), unit, previous.id, now, rebuild=True, only=window.name):
                     left = True
         return left
 
@@ -267,26 +270,21 @@ class RollingPreparer:
         for page in _pages((m for members in found for m in members), self._page):
             yield call, "derive", page
         entering = keys.bucket(bucket_instance(window.name, self._slots.shift(window, source, 1).id))
-        items = self._client.hscan_iter(entering, count=4 * self._page)
-        fields = (text(cast("tuple[bytes, bytes]", item)[0]) for item in items)
-        for page in _pages(fields, self._page):
+        fields = scan.hash_field_pages(self._client, entering, 4 * self._page)
+        for page in _pages((m for members in fields for m in members), self._page):
             yield call, "derive", page
 
     def _rebuild(
         self, keys: BoardKeys, board_type: BoardType, window: Window, source: Period
     ) -> Iterator[tuple[list[Instance], str, list[str]]]:
         """Pages to rebuild period q+1 from its N buckets: every member of any of them."""
-        target = self._slots.shift(window, source, 1)
         derived, _ = self._slots.derived(board_type, window, source)
-        buckets = [
-            self._slots.bucket(board_type, window, self._slots.shift(window, target, -k))
-            for k in range(window.count)
-        ]
+        buckets = self._slots.buckets_before(board_type, window, self._slots.shift(window, source, 1))
         call = [derived._replace(rolling=Rolling(DERIVED, window.name)), *buckets]
         members: set[str] = set()
         for bucket in buckets:
-            items = self._client.hscan_iter(keys.bucket(bucket.name), count=500)
-            members.update(text(cast("tuple[bytes, bytes]", item)[0]) for item in items)
+            for fields in scan.hash_field_pages(self._client, keys.bucket(bucket.name), 500):
+                members.update(fields)
         for page in _pages(sorted(members), max(1, 200 // window.count)):  # each member reads every bucket
             yield call, "rebuild", page
 
@@ -310,7 +308,7 @@ class RollingPreparer:
             want_state=hot,
             epoch=self._epoch(),
             id_window_s=1,
-            listpack_cap=128,
+            listpack_cap=LISTPACK_CAP,  # the tie index's buckets split as the worker's do
             legacy_ttl_ms=0,
             sources=[],
             events=[ApplyEvent(op, m, 0.0, 0, "", 1, 0, 0, b"") for m in members],

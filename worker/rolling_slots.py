@@ -63,12 +63,25 @@ class RollingSlots:
         return self.shift(window, bucket, window.count).end_ms + board_type.late_grace_ms
 
     def period_instance(self, board_type: BoardType, window: Window, period: Period, role: str) -> Instance:
-        expire = expire_at_ms(window, period, board_type.retention[window.name], self._tz)
+        expire = self._expire(board_type, window, period)
         return Instance(window_instance(window.name, period.id), expire, None, Rolling(role, window.name))
 
     def bucket(self, board_type: BoardType, window: Window, bucket: Period) -> Instance:
-        expire = self.bucket_expire_ms(board_type, window, bucket)
-        return Instance(bucket_instance(window.name, bucket.id), expire, None, Rolling(BUCKET, window.name))
+        return _bucket(window, bucket, self.bucket_expire_ms(board_type, window, bucket))
+
+    def buckets_before(
+        self, board_type: BoardType, window: Window, newest: Period, *, while_live: int | None = None
+    ) -> list[Instance]:
+        """Buckets from `newest` back, in linear time (each one's expiry walks along with it): the
+        window's N of them, or with `while_live` (now) every one not yet expired."""
+        out: list[Instance] = []
+        bucket, last_holder = newest, self.shift(window, newest, window.count)  # expiry: its end + grace
+        while True:
+            expire = last_holder.end_ms + board_type.late_grace_ms
+            if len(out) == window.count if while_live is None else while_live >= expire:
+                return out
+            out.append(_bucket(window, bucket, expire))
+            bucket, last_holder = self.shift(window, bucket, -1), self.shift(window, last_holder, -1)
 
     def derived(self, board_type: BoardType, window: Window, cur: Period) -> tuple[Instance, list[Instance]]:
         """Period cur+1, derived from cur: the instance and what it reads."""
@@ -76,10 +89,8 @@ class RollingSlots:
         source = self.period_instance(board_type, window, cur, DELTA)
         leaving = self.bucket(board_type, window, self.shift(window, cur, 1 - window.count))
         entering = self.bucket(board_type, window, following)
-        keep_from = (
-            self.shift(window, cur, 2 - window.count).start_ms if window.count > 1 else following.start_ms
-        )
-        expire = expire_at_ms(window, following, board_type.retention[window.name], self._tz)
+        keep_from = self.shift(window, cur, 2 - window.count).start_ms  # N = 1: the following bucket
+        expire = self._expire(board_type, window, following)
         link = Rolling(DERIVED, window.name, source.name, leaving.name, entering.name, keep_from)
         return Instance(window_instance(window.name, following.id), expire, None, link), [
             source,
@@ -129,16 +140,7 @@ class RollingSlots:
     def live_buckets(self, board_type: BoardType, window: Window, now: int, latest: int) -> list[Instance]:
         """Every bucket that may hold data and still be read: from the newest an event may name
         (`latest`) back to the oldest not yet expired."""
-        out = []
-        bucket = self.bucket_at(window, latest)
-        last_holder = self.shift(window, bucket, window.count)  # expiry: its end + late grace
-        while now < last_holder.end_ms + board_type.late_grace_ms:
-            expire = last_holder.end_ms + board_type.late_grace_ms
-            out.append(
-                Instance(bucket_instance(window.name, bucket.id), expire, None, Rolling(BUCKET, window.name))
-            )
-            bucket, last_holder = self.shift(window, bucket, -1), self.shift(window, last_holder, -1)
-        return out
+        return self.buckets_before(board_type, window, self.bucket_at(window, latest), while_live=now)
 
     def for_control(
         self, board_type: BoardType, window: Window, periods: list[tuple[Period, int]], now: int, latest: int
@@ -157,3 +159,7 @@ class RollingSlots:
             for p in self.taking(board_type, window, cur, now)
         ]
         return periods + self.live_buckets(board_type, window, now, latest)
+
+
+def _bucket(window: Window, bucket: Period, expire: int) -> Instance:
+    return Instance(bucket_instance(window.name, bucket.id), expire, None, Rolling(BUCKET, window.name))

@@ -72,8 +72,7 @@ def member_pages(
     HSCAN page of a state hash): each call short, and a member max_members moves between the
     rank and overflow zsets meanwhile is never missed (worker/rolling.py walks a period so)."""
     if client.exists(keys.state(instance)):
-        for item in client.hscan_iter(keys.state(instance), count=size):
-            yield [text(cast("tuple[bytes, bytes]", item)[0])]
+        yield from hash_field_pages(client, keys.state(instance), size)
         return
     zsets = [keys.rank(instance), keys.overflow(instance), keys.tie_index(instance)]
     cursor = 0
@@ -81,6 +80,16 @@ def member_pages(
         reply = cast(list[bytes], _STATE_PAGE.run(client, zsets, [cursor, size, mode.value]))
         cursor = int(reply[0])
         yield [text(member) for member in reply[1::2]]
+
+
+def hash_field_pages(client: redis.Redis, key: str, size: int) -> Iterator[list[str]]:
+    """The field names of a hash, one HSCAN page (about `size`) at a time."""
+    cursor = 0
+    while True:
+        cursor, fields = client.hscan(key, cursor, count=size)
+        yield [text(field) for field in cast(dict[bytes, bytes], fields)]
+        if cursor == 0:
+            return
 
 
 def _packed_pages(client: redis.Redis, keys: BoardKeys, instance: str) -> Iterator[list[tuple[bytes, bytes]]]:
