@@ -54,16 +54,6 @@ DEFAULT_RETENTION = 2
 _ROLLING = re.compile(r"last_([1-9][0-9]*)([hdwm])")
 
 
-def ms(moment: datetime) -> int:
-    return int(moment.timestamp() * 1000)
-
-
-def instant(text: str, tz: ZoneInfo) -> int:
-    """An ISO instant; without an offset, local time in `tz` (its first occurrence)."""
-    moment = datetime.fromisoformat(text)
-    return ms(moment if moment.tzinfo is not None else moment.replace(tzinfo=tz, fold=0))
-
-
 def label(unit: str, local: datetime) -> str:
     """The id of the bucket of `unit` holding the local wall-clock time `local`."""
     if unit == "h":

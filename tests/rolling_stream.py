@@ -22,7 +22,8 @@ from zoneinfo import ZoneInfo
 
 import yaml
 
-from tests.rolling_model import DAY, HOUR, MINUTE, UNITS, BoardType, Model, instant
+from tests.period_model import instant
+from tests.rolling_model import DAY, HOUR, MINUTE, UNITS, BoardType, Model
 from tests.stream_events import Message, fresh_ts, random_event
 
 ZONE = "America/New_York"

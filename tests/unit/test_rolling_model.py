@@ -9,7 +9,8 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from tests.rolling_model import HOUR, MINUTE, BoardType, Model, instant
+from tests.period_model import instant
+from tests.rolling_model import HOUR, MINUTE, BoardType, Model
 
 NY = ZoneInfo("America/New_York")
 TYPES = {
