@@ -67,6 +67,10 @@ MAX_RETENTION: Mapping[str, int] = MappingProxyType(
 )
 MAX_FIXED_RETENTION_DAYS = 400
 MAX_LATE_GRACE_MS = 366 * 86_400_000
+# period_results (CONTRACT 6): the most members one period's result record carries, and how many
+# when the declaration does not say
+MAX_RESULT_TOP = 10_000
+DEFAULT_RESULT_TOP = 100
 _EXACT_INTEGER = 2**53 - 1  # common/store/encoding.py EXACT_MAX (which imports this module)
 
 
@@ -79,6 +83,15 @@ class TieBreak(StrEnum):
     FIRST = "first"
     LAST = "last"
     NONE = "none"
+
+
+@dataclass(frozen=True, slots=True)
+class PeriodResults:
+    """`period_results: {windows, top}`: the windows whose closed periods each emit one record to
+    rank_period_closed (worker/results.py), with their best `top` members."""
+
+    windows: frozenset[str]
+    top: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +109,7 @@ class BoardType:
     # an activity's end: events at or after it, or processed after it plus late_grace, are
     # dead-lettered with board_closed (reads go on until retention ends)
     ends_at_ms: int | None = None
+    results: PeriodResults | None = None  # period_results: None emits nothing
     rolling: tuple[Window, ...] = field(init=False, repr=False, compare=False)  # its last_<N>... windows
 
     def __post_init__(self) -> None:
@@ -210,6 +224,11 @@ class _SeasonRuleModel(_Strict):
     anchor: str | date
 
 
+class _ResultsModel(_Strict):
+    windows: list[str]
+    top: Annotated[int, Field(ge=1, le=MAX_RESULT_TOP)] = DEFAULT_RESULT_TOP
+
+
 class _TypeModel(_Strict):
     order: Literal["desc", "asc"] = "desc"
     tie_break: Literal["first", "last", "none"] = "first"
@@ -220,6 +239,7 @@ class _TypeModel(_Strict):
     score_range: list[int] | None = None
     seasons: list[_SeasonModel] | _SeasonRuleModel | None = None
     ends_at: str | datetime | None = None
+    period_results: _ResultsModel | None = None
 
 
 class _HotModel(_Strict):
@@ -380,6 +400,7 @@ def _build_type(name: str, model: _TypeModel, path: str, tz: ZoneInfo) -> BoardT
         late_grace_ms=late_grace_ms,
         score_range=_score_range(model.score_range, f"{path}.score_range"),
         ends_at_ms=ends_at_ms,
+        results=_results(model.period_results, windows, retention, late_grace_ms, f"{path}.period_results"),
     )
     if board_type.score_range is not None:
         _check_packing(board_type, f"{path}.score_range")
@@ -414,6 +435,52 @@ def _retention(declared: dict[str, int], windows: list[Window], path: str) -> di
             default = DEFAULT_RETENTION[window.kind.value]
         out[name] = declared.get(name, default)
     return out
+
+
+def _results(
+    model: _ResultsModel | None, windows: list[Window], retention: Mapping[str, int], grace_ms: int, path: str
+) -> PeriodResults | None:
+    """A result is read after its period closed and its late grace passed: the period must still
+    be kept then (retention counts the periods after it: one more period is one period's time)."""
+    if model is None:
+        return None
+    if not model.windows:
+        raise _InvalidConfigError(f"{path}.windows", "at least one window is required (omit the key: none)")
+    by_name = {window.name: window for window in windows}
+    for index, name in enumerate(model.windows):
+        where = f"{path}.windows[{index}]"
+        window = by_name.get(name)
+        if window is None:
+            raise _InvalidConfigError(where, f"window {name!r} is not in this type's windows")
+        if not window.periodic:
+            raise _InvalidConfigError(where, f"window {name!r} has no periods to close")
+        if name in model.windows[:index]:
+            raise _InvalidConfigError(where, f"duplicate window {name!r}")
+        kept_after_ms = (retention[name] - 1) * _shortest_period_ms(window)
+        if kept_after_ms <= grace_ms:
+            raise _InvalidConfigError(
+                where,
+                f"window {name!r} keeps a closed period for {retention[name] - 1} more period(s), not "
+                "past its late_grace: its result could not be read; raise its retention",
+            )
+    return PeriodResults(frozenset(model.windows), model.top)
+
+
+def _shortest_period_ms(window: Window) -> int:
+    """The shortest any period of the window lasts (DST changes included)."""
+    if window.kind is WindowKind.FIXED:
+        assert window.minutes is not None
+        return window.minutes * 60_000 // 2  # a DST change may cut a fixed period short
+    if window.kind is WindowKind.SEASON:
+        if window.rule is not None:
+            return window.rule.every_days * SHORTEST_BUCKET_MS["d"]
+        return min(season.end_ms - season.start_ms for season in window.seasons)
+    if window.kind is WindowKind.YEAR:
+        return 365 * SHORTEST_BUCKET_MS["d"]
+    kind = window.calendar_kind
+    unit = {WindowKind.HOUR: "h", WindowKind.DAY: "d", WindowKind.WEEK: "w", WindowKind.MONTH: "m"}
+    assert kind is not None
+    return SHORTEST_BUCKET_MS[unit[kind]]
 
 
 def _retention_limit(window: Window) -> int:

@@ -35,6 +35,7 @@ class Settings(BaseModel):
     topic_updates: str = "update_rank"
     topic_dlq: str = "update_rank.dlq"
     topic_cache: str = "update_cache"
+    topic_results: str = "rank_period_closed"  # period results (CONTRACT 6; worker/results.py)
     worker_group: str = "rankstream-worker"
     # This worker's name in its transactional.id (`<group>-<worker_id>`); default
     # `<hostname>-<pid>`: in a pod that is the pod name and pid 1, stable across container

@@ -114,6 +114,16 @@ def _reset(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def _periods(args: argparse.Namespace, settings: Settings) -> int:
+    from rankstream.periods import republish, show_periods
+
+    if args.republish is None:
+        print(show_periods(settings, args.board, args.window))
+    else:
+        print(republish(settings, args.board, args.republish, args.window))
+    return 0
+
+
 def _api_url(args: argparse.Namespace, settings: Settings) -> str:
     return str(args.api or f"http://127.0.0.1:{settings.api_port}")
 
@@ -174,6 +184,16 @@ def build_parser() -> argparse.ArgumentParser:
         )
     erase.set_defaults(func=_erase)
     reset.set_defaults(func=_reset)
+
+    periods = sub.add_parser(
+        "periods", help="a board's closed periods and whether each result was published (period_results)"
+    )
+    periods.add_argument("board")
+    periods.add_argument("--window", default=None, help="only this window (one with period_results)")
+    periods.add_argument(
+        "--republish", default=None, metavar="PERIOD", help="produce this period's published result again"
+    )
+    periods.set_defaults(func=_periods)
 
     stack = sub.add_parser("stack", help="local Kafka + Redis without Docker (prepare | up | down | status)")
     stack.add_argument("action", choices=["prepare", "up", "down", "status"])

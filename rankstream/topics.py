@@ -8,10 +8,12 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]  # re-exported at runtime, not in the stub's __all__
 
 from common.errors import InfrastructureError
+from common.results import MAX_RESULT_BYTES
 from common.settings import Settings
 
 UPDATE_PARTITIONS = 6
 CACHE_PARTITIONS = 6
+RESULTS_PARTITIONS = 3
 
 
 @dataclass(frozen=True)
@@ -24,6 +26,9 @@ class TopicSpec:
 # update_rank takes messages up to 2 MiB (an array of 500 events with 1 KiB metas is ~1 MiB);
 # the dead-letter topic the same, and the worker truncates what still does not fit.
 MAX_MESSAGE_BYTES = str(2 * 1024 * 1024)
+# Results are kept 30 days; compaction keeps one record per period key (a republished result
+# replaces the first), so a consumer that compacts, or reads late, sees each period once.
+RESULTS_RETENTION_MS = str(30 * 86_400_000)
 
 
 def topic_specs(settings: Settings) -> list[TopicSpec]:
@@ -36,6 +41,15 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
             settings.topic_cache,
             CACHE_PARTITIONS,
             {"cleanup.policy": "compact", "segment.ms": "3600000", "min.cleanable.dirty.ratio": "0.1"},
+        ),
+        TopicSpec(
+            settings.topic_results,
+            RESULTS_PARTITIONS,
+            {
+                "cleanup.policy": "compact,delete",
+                "retention.ms": RESULTS_RETENTION_MS,
+                "max.message.bytes": str(MAX_RESULT_BYTES),
+            },
         ),
     ]
 

@@ -89,6 +89,7 @@ def make_settings(servers: Servers, tmp_path: Path) -> Callable[..., Settings]:
         "topic_updates": f"t{tag}.update_rank",
         "topic_dlq": f"t{tag}.update_rank.dlq",
         "topic_cache": f"t{tag}.update_cache",
+        "topic_results": f"t{tag}.rank_period_closed",
         "worker_group": f"g{tag}",
         "key_prefix": f"t{tag}:",
         "worker_http_port": 0,
@@ -111,7 +112,7 @@ def topics(settings: Settings) -> Iterator[Settings]:
     ensure_topics(settings)
     yield settings
     admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
-    names = [settings.topic_updates, settings.topic_dlq, settings.topic_cache]
+    names = [settings.topic_updates, settings.topic_dlq, settings.topic_cache, settings.topic_results]
     for future in admin.delete_topics(names, operation_timeout=30).values():
         future.result(timeout=30)
 

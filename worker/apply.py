@@ -19,6 +19,7 @@ from common.errors import InfrastructureError
 from common.events import CONTROL_OPS, Op, UpdateEvent, ts_ceiling
 from common.idwindow import LISTPACK_CAP, fingerprint
 from common.periods import Period, PeriodCache, expire_at_ms, no_period_span, parse_period, recent_periods
+from common.results import result_due_ms, result_key
 from common.store.apply import (
     DERIVED,
     UNREPORTED,
@@ -31,10 +32,17 @@ from common.store.apply import (
     Instance,
 )
 from common.store.encoding import MemberState, Status, tie_mode, window_packing
-from common.store.keys import TOTAL_INSTANCE, BoardKeys, rolling_boards, rolling_due, window_instance
+from common.store.keys import (
+    TOTAL_INSTANCE,
+    BoardKeys,
+    results_due,
+    rolling_boards,
+    rolling_due,
+    window_instance,
+)
 from common.windows import MAX_INSTANCES_PER_CALL as WINDOW_INSTANCES_PER_CALL
 from worker.faults import is_infrastructure
-from worker.rolling_slots import RollingSlots, unit_window
+from worker.rolling_slots import RollingSlots, results_of, unit_window
 
 _log = logging.getLogger(__name__)
 MAX_EVENTS_PER_CALL = 500  # bounds the time one script blocks Redis
@@ -107,11 +115,18 @@ BOARD_CLOSED_MARK = "board_closed"
 CLOSED_OP = "closed"
 
 
+class _Slot(NamedTuple):
+    instance: Instance
+    late_after: int  # ms: from then on the instance takes no event
+    period: Period | None  # its period, when the type emits the window's results (else None)
+    window: str
+
+
 @dataclass(frozen=True, slots=True)
 class _Slots:
     start_ms: int  # valid for event times in [start_ms, end_ms)
     end_ms: int
-    slots: list[tuple[Instance, int]]  # (instance, late after ms)
+    slots: list[_Slot]
 
 
 class _Counted(NamedTuple):
@@ -119,15 +134,23 @@ class _Counted(NamedTuple):
     deps: tuple[Instance, ...]  # in its call too: what its derived rolling periods read
     late: int  # windows it missed because their period closed beyond late_grace
     # its board's marks for worker/rolling.py: ("due", unit, bucket): a next period to prepare in
-    # that bucket; ("board", window, bucket): the newest bucket holding an event (a catch-up's list)
+    # that bucket; ("board", window, bucket): the newest bucket holding an event (a catch-up's
+    # list); and for worker/results.py ("result", window, period): a period whose result is due
     dues: tuple[tuple[str, str, Period], ...]
+
+
+class _Taking(NamedTuple):
+    slots: _Slots
+    instances: list[Instance]  # those still taking events now
+    late: int  # how many no longer do
+    dues: tuple[tuple[str, str, Period], ...]  # ("result", window, period) of those taking events
 
 
 @dataclass
 class _Memo:
     """Per batch (`now` is fixed in it): events sharing their periods share their lists."""
 
-    slots: dict[int, tuple[_Slots, list[Instance], int]] = field(default_factory=dict)
+    slots: dict[int, _Taking] = field(default_factory=dict)
     rolling: dict[tuple[int, str, tuple[str, ...]], _Counted] = field(default_factory=dict)
 
 
@@ -253,11 +276,11 @@ class Applier:
         if cached is not None and cached.start_ms <= ts < cached.end_ms:
             return cached
         start, end = 0, _FOREVER
-        slots: list[tuple[Instance, int]] = []
+        slots: list[_Slot] = []
         for window in board_type.windows:
             if window.kind is WindowKind.TOTAL:
                 packing = window_packing(board_type, window, 0)
-                slots.append((Instance(TOTAL_INSTANCE, 0, packing), _FOREVER))
+                slots.append(_Slot(Instance(TOTAL_INSTANCE, 0, packing), _FOREVER, None, window.name))
             elif window.periodic and window.kind is not WindowKind.ROLLING:
                 period = self._periods.at(window, ts)
                 tz = self._boards.timezone
@@ -269,7 +292,9 @@ class Applier:
                 # a period whose keys already expired can't take the event either: PEXPIREAT in
                 # the past would delete the whole period (retention 1 with a late grace did)
                 late_after = min(period.end_ms + board_type.late_grace_ms, expire)
-                slots.append((_period_instance(board_type, window, period, expire), late_after))
+                emits = results_of(board_type, window)
+                instance = _period_instance(board_type, window, period, expire)
+                slots.append(_Slot(instance, late_after, period if emits else None, window.name))
                 start, end = max(start, period.reuse_from), min(end, period.reuse_until)
             # rolling windows depend on the clock too: _instances
         cached = _Slots(start, end, slots)
@@ -282,16 +307,15 @@ class Applier:
         lists (`memo`, per batch: `now` is fixed in it)."""
         slots = self._slots(board_type, ts)
         known = memo.slots.get(id(slots))
-        if known is None or known[0] is not slots:
-            out = [inst for inst, late_after in slots.slots if now < late_after]
-            known = memo.slots[id(slots)] = (slots, out, len(slots.slots) - len(out))
+        if known is None or known.slots is not slots:
+            known = memo.slots[id(slots)] = _taking(slots, now)
         if not board_type.rolling:
-            return _Counted(known[1], (), known[2], ())
+            return _Counted(known.instances, (), known.late, known.dues)
         buckets = tuple(self._rolling.bucket_at(w, ts).id for w in board_type.rolling)
         key = (id(slots), board_type.name, buckets)
         counted = memo.rolling.get(key)
         if counted is None:
-            pairs, deps, dues = list(known[1]), [], []
+            pairs, deps, dues = list(known.instances), [], list(known.dues)
             for window in board_type.rolling:
                 plan = self._rolling.for_event(board_type, window, ts, now)
                 pairs += plan.counted
@@ -300,7 +324,10 @@ class Applier:
                 dues += [("due", window.rolling_unit, due) for due in plan.dues]
                 if plan.bucket is not None:
                     dues.append(("board", window.name, plan.bucket))
-            counted = memo.rolling[key] = _Counted(pairs, tuple(deps), known[2], tuple(dues))
+                    if results_of(board_type, window):
+                        held = self._rolling.holders(board_type, window, plan.bucket, now)
+                        dues += [("result", window.name, period) for period in held]
+            counted = memo.rolling[key] = _Counted(pairs, tuple(deps), known.late, tuple(dues))
         return counted
 
     def _wide_delete(self, board_type: BoardType, ts: int, now: int, memo: _Memo) -> list[Instance]:
@@ -313,28 +340,32 @@ class Applier:
         ]
         return [inst for inst in counted.pairs if inst.rolling is None] + rolling
 
-    def _register(self, board: str, dues: Sequence[tuple[str, str, Period]]) -> None:
+    def _register(self, board_type: BoardType, board: str, dues: Sequence[tuple[str, str, Period]]) -> None:
         """Tell worker/rolling.py which boards have a next rolling period to prepare (a set per
         unit and bucket, expiring after the bucket after it), and each window's newest bucket
-        holding an event of the board (GT: a late event doesn't lower it), once per process."""
+        holding an event of the board (GT: a late event doesn't lower it); tell worker/results.py
+        which periods have a result due (NX: when is fixed). Once per process."""
         pipe = None
         added: list[tuple[str, str, str]] = []
         for kind, name, bucket in dues:
-            key = (
-                rolling_due(self._prefix, name, bucket.id)
-                if kind == "due"
-                else rolling_boards(self._prefix, name)
-            )
-            if (key, board, bucket.id) in self._registered:
+            if kind == "due":
+                key, member = rolling_due(self._prefix, name, bucket.id), bucket.id
+            elif kind == "board":
+                key, member = rolling_boards(self._prefix, name), bucket.id
+            else:
+                key, member = results_due(self._prefix), result_key(board, name, bucket.id)
+            if (key, board, member) in self._registered:
                 continue
-            added.append((key, board, bucket.id))
+            added.append((key, board, member))
             if pipe is None:
                 pipe = self._client.pipeline(transaction=False)
             if kind == "due":
                 pipe.sadd(key, board)
                 pipe.pexpireat(key, self._rolling.shift(unit_window(name), bucket, 2).start_ms)
-            else:
+            elif kind == "board":
                 pipe.zadd(key, {board: bucket.start_ms}, gt=True)
+            else:
+                pipe.zadd(key, {member: result_due_ms(board_type, bucket)}, nx=True)
         if pipe is not None:
             pipe.execute()  # remembered once it is in Redis: a batch retried registers again
             if len(self._registered) > 200_000:
@@ -379,7 +410,7 @@ class Applier:
         open_chunks: dict[str, _Chunk] = {}
         chunks: list[_Chunk] = []
         memo = _Memo()
-        dues: dict[str, set[tuple[str, str, Period]]] = {}
+        dues: dict[str, tuple[BoardType, set[tuple[str, str, Period]]]] = {}
         for (event, ts), position in zip(events, positions, strict=True):
             deps: tuple[Instance, ...] = ()
             wide = False
@@ -396,8 +427,8 @@ class Applier:
                     # its instances all the same: a redelivery reports the member's state there
                     counted = self._instances(board_type, ts, now, memo)
                     pairs, deps, late = counted.pairs, counted.deps, 0 if closed else counted.late
-                    if counted.dues:
-                        dues.setdefault(event.board, set()).update(counted.dues)
+                    if counted.dues and event.op is not Op.DELETE:  # a delete adds no member
+                        dues.setdefault(event.board, (board_type, set()))[1].update(counted.dues)
                     wide = event.op is Op.DELETE and bool(board_type.rolling) and not closed
                     if wide:
                         pairs, deps = self._wide_delete(board_type, ts, now, memo), ()
@@ -411,8 +442,9 @@ class Applier:
                 open_chunks[event.board] = chunk
                 chunks.append(chunk)
             chunk.add(event, ts, pairs, late, position, closed=closed, deps=deps, wide=wide)
-        for board, board_dues in dues.items():
-            self._register(board, sorted(board_dues, key=lambda due: (due[0], due[1], due[2].start_ms)))
+        for board, (board_type, board_dues) in dues.items():
+            ordered = sorted(board_dues, key=lambda due: (due[0], due[1], due[2].start_ms))
+            self._register(board_type, board, ordered)
         return chunks
 
     def _request(self, chunk: _Chunk, want_state: bool) -> ApplyRequest:
@@ -531,6 +563,22 @@ class Applier:
         marker.add(failed, entry.ts, [], entry.late, entry.position)
         (reply,) = self._script.run_many(self._client, [self._request(marker, False)])
         _decode(marker, False, reply, self.epoch)  # raises what the call raised
+
+
+def _taking(slots: _Slots, now: int) -> _Taking:
+    """The slots' instances still taking events at `now`: a closed period whose result is
+    emitted is sealable (apply.lua reads its result's marker), and its result is due."""
+    out: list[Instance] = []
+    dues: list[tuple[str, str, Period]] = []
+    for instance, late_after, period, window in slots.slots:
+        if now >= late_after:
+            continue
+        if period is not None:
+            dues.append(("result", window, period))
+            if now >= period.end_ms:
+                instance = instance._replace(sealable=True)  # noqa: PLW2901 - this slot's copy
+        out.append(instance)
+    return _Taking(slots, out, len(slots.slots) - len(out), tuple(dues))
 
 
 def _period_instance(board_type: BoardType, window: Window, period: Period, expire: int) -> Instance:

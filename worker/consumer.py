@@ -51,6 +51,7 @@ from worker.fencing import PredecessorFence
 from worker.metrics import WorkerMetrics
 from worker.outputs import ProducerFenced, TransactionalOutputs
 from worker.publisher import CachePublisher
+from worker.results import ResultsThread
 from worker.rolling import PreparerThread
 from worker.sources import Blocked, PartitionsBlocked, SourceGuard
 from worker.threads import DaemonThread
@@ -117,6 +118,7 @@ class WorkerLoop:
         fence: PredecessorFence | None = None,
         guard: SourceGuard | None = None,
         preparer: PreparerThread | None = None,
+        results: ResultsThread | None = None,
         batch_size: int,
         batch_timeout_s: float,
         max_future_skew_s: int,
@@ -133,6 +135,7 @@ class WorkerLoop:
         self._fence = fence
         self.guard = guard
         self.preparer = preparer  # rolling windows' next periods (worker/rolling.py), beside the loop
+        self.results = results  # period results (worker/results.py), beside the loop
         self._checked = 0.0  # when every partition held was last checked against Redis
         self._paused: set[int] = set()  # partitions paused because they are blocked
         self._told: set[int] = set()  # blocked partitions whose ERROR line named a board
@@ -195,6 +198,8 @@ class WorkerLoop:
     def run(self) -> None:
         if self.preparer is not None:
             self.preparer.start()
+        if self.results is not None:
+            self.results.start()
         backoff = 0.1
         while not self.deadline.started.is_set():
             self.last_loop = time.monotonic()
@@ -486,6 +491,8 @@ class WorkerLoop:
         within what is left of the deadline (the process exits at it regardless)."""
         if self.preparer is not None:
             self.preparer.stop()
+        if self.results is not None:
+            self.results.stop()
         self._apply_thread.shutdown()
         if self._inflight is not None:
             self._settle()

@@ -22,6 +22,7 @@ from common.clock import Clock, system_ms
 from common.deadline import Deadline
 from common.errors import InfrastructureError
 from common.health import serve_probes
+from common.results import MAX_RESULT_BYTES
 from common.settings import Settings
 from worker.apply import Applier
 from worker.backfill import backfill_all
@@ -32,6 +33,7 @@ from worker.fencing import PredecessorFence
 from worker.metrics import WorkerMetrics
 from worker.outputs import ProducerFenced, TransactionalOutputs
 from worker.publisher import CachePublisher
+from worker.results import ResultEmitter, ResultsThread
 from worker.rolling import PreparerThread, RollingPreparer
 from worker.sources import SourceGuard, commits_reader
 
@@ -173,6 +175,11 @@ def build_loop(
             owner=transactional_id, publisher=acked, metrics=metrics,
         )  # fmt: skip
         preparer = PreparerThread(rolling)
+    results = None
+    if any(board_type.results for board_type in boards.types.values()):
+        emitter = results_emitter(settings, redis_client(settings), boards, transactional_id, clock=clock,
+                                  metrics=metrics)  # fmt: skip
+        results = ResultsThread(emitter)
     fence = PredecessorFence(settings, client, transactional_id)
     metrics.watch(lambda: outputs.replaced, lambda: len(fence.fenced))
     metrics.watch_blocked(lambda: dict(guard.blocked))  # a copy: the apply thread writes it
@@ -188,6 +195,7 @@ def build_loop(
         fence=fence,
         guard=guard,
         preparer=preparer,
+        results=results,
         batch_size=settings.worker_batch_size,
         batch_timeout_s=settings.worker_batch_timeout_ms / 1000,
         max_future_skew_s=settings.max_future_skew_s,
@@ -198,6 +206,44 @@ def build_loop(
         [settings.topic_updates], on_assign=loop.on_assign, on_revoke=loop.on_revoke, on_lost=loop.on_lost
     )
     return loop, client
+
+
+def results_emitter(
+    settings: Settings,
+    client: redis.Redis,
+    boards: BoardsConfig,
+    owner: str,
+    *,
+    clock: Clock,
+    metrics: WorkerMetrics,
+) -> ResultEmitter:
+    """worker/results.py's emitter: one transactional id for whichever worker holds its lease."""
+    producer = functools.partial(
+        kafka_producer,
+        settings,
+        {
+            "transactional.id": f"{settings.worker_group}-results",
+            "enable.idempotence": True,
+            "acks": "all",
+            "message.max.bytes": MAX_RESULT_BYTES + 65_536,  # a record's framing beyond it
+        },
+        defaults={"compression.type": "zstd", "linger.ms": 0, "transaction.timeout.ms": 60_000},
+    )
+    reader = functools.partial(
+        kafka_consumer,
+        settings,
+        {
+            "group.id": f"{settings.worker_group}-results",  # never subscribes nor commits
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+            "enable.partition.eof": True,
+            "fetch.max.bytes": MAX_RESULT_BYTES * 2,
+        },
+    )
+    return ResultEmitter(
+        client, boards, prefix=settings.key_prefix, topic=settings.topic_results, owner=owner,
+        producer=producer, reader=reader, clock=clock, metrics=metrics,
+    )  # fmt: skip
 
 
 def run_worker(settings: Settings) -> int:

@@ -63,6 +63,16 @@ class WorkerMetrics:
         self.rolling_failures = Counter(
             "rankstream_worker_rolling_pass_failures", "Preparation passes that failed (retried)", registry=r
         )
+        self.results = Counter(
+            "rankstream_worker_period_results",
+            "Period results this worker handled (worker/results.py): sent, found (a predecessor's, "
+            "already in the topic), stale (expired before it could be read)",
+            ["outcome"],
+            registry=r,
+        )
+        self.results_failures = Counter(
+            "rankstream_worker_period_result_failures", "Result passes that failed (retried)", registry=r
+        )
         self.retries = Counter(
             "rankstream_worker_batch_retries", "Batches rewound after a Redis or Kafka error", registry=r
         )

@@ -62,9 +62,13 @@ class RollingSlots:
         grace passes; it is kept one bucket longer."""
         return self.shift(window, bucket, window.count).end_ms + board_type.late_grace_ms
 
-    def period_instance(self, board_type: BoardType, window: Window, period: Period, role: str) -> Instance:
+    def period_instance(
+        self, board_type: BoardType, window: Window, period: Period, role: str, *, sealable: bool = False
+    ) -> Instance:
+        """`sealable`: a closed period whose result may be sealed (apply.lua leaves it alone then)."""
         expire = self._expire(board_type, window, period)
-        return Instance(window_instance(window.name, period.id), expire, None, Rolling(role, window.name))
+        link = Rolling(role, window.name)
+        return Instance(window_instance(window.name, period.id), expire, None, link, sealable)
 
     def bucket(self, board_type: BoardType, window: Window, bucket: Period) -> Instance:
         return _bucket(window, bucket, self.bucket_expire_ms(board_type, window, bucket))
@@ -129,13 +133,24 @@ class RollingSlots:
                 instance, deps = self.derived(board_type, window, cur)
                 counted.append(instance)
             else:
-                counted.append(self.period_instance(board_type, window, period, DELTA))
+                closed = period.start_ms < cur.start_ms and results_of(board_type, window)
+                counted.append(self.period_instance(board_type, window, period, DELTA, sealable=closed))
         following = self.shift(window, cur, 1)
         # the walk that prepares the next period carries what it wrote: now, and in the next bucket
         dues: tuple[Period, ...] = (cur, following) if reach else ()
         if bucket.start_ms > following.start_ms:
             dues = (self.shift(window, bucket, -1),)  # its period is prepared the bucket before
         return RollingPlan(counted, deps, dues, bucket)
+
+    def holders(self, board_type: BoardType, window: Window, bucket: Period, now: int) -> list[Period]:
+        """The periods holding `bucket` (it and the N-1 after it) still taking events at `now`."""
+        out = []
+        period = bucket
+        for _ in range(window.count):
+            if now < period.end_ms + board_type.late_grace_ms:
+                out.append(period)
+            period = self.shift(window, period, 1)
+        return out
 
     def live_buckets(self, board_type: BoardType, window: Window, now: int, latest: int) -> list[Instance]:
         """Every bucket that may hold data and still be read: from the newest an event may name
@@ -154,11 +169,17 @@ class RollingSlots:
     def for_delete(self, board_type: BoardType, window: Window, now: int, latest: int) -> list[Instance]:
         """A delete's: every period still taking events and every live bucket."""
         cur = self.bucket_at(window, now)
+        results = results_of(board_type, window)
         periods = [
-            self.period_instance(board_type, window, p, DELTA)
+            self.period_instance(board_type, window, p, DELTA, sealable=results and p.start_ms < cur.start_ms)
             for p in self.taking(board_type, window, cur, now)
         ]
         return periods + self.live_buckets(board_type, window, now, latest)
+
+
+def results_of(board_type: BoardType, window: Window) -> bool:
+    """Does the type emit the window's period results (worker/results.py)?"""
+    return board_type.results is not None and window.name in board_type.results.windows
 
 
 def _bucket(window: Window, bucket: Period, expire: int) -> Instance:

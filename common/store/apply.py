@@ -35,7 +35,7 @@ H = ("W", "E", "MODE", "DESC", "MAXM", "STATE", "EPOCH", "WINDOW", "CAP", "LEGAC
      "LOW", "HIGH", "INTEGRAL", "INDEX")  # ARGV header  # fmt: skip
 SRC = ("FIELD", "TOPIC", "LOW")  # ARGV per source, after the header; then IA per instance
 # ARGV per instance, after the sources: BITS -1 = general layout; ROLE and the rest: Rolling below
-IA = ("EXPIRE", "BITS", "BASE", "ROLE", "GROUP", "FROM", "OLD", "NEW", "KEEP")
+IA = ("EXPIRE", "BITS", "BASE", "ROLE", "GROUP", "FROM", "OLD", "NEW", "KEEP", "SEAL")
 
 FOREIGN_EPOCH = -1  # the reply's first field when the board's fence belongs to another epoch
 UNREPORTED = MemberState(math.nan, -1)  # apply.lua's '~': no state to publish for this instance
@@ -93,6 +93,9 @@ class Instance(NamedTuple):
     expire_at_ms: int  # 0 = never
     packing: Packing | None = None  # a packed window (common/store/packing.py)
     rolling: Rolling | None = None  # an instance of a rolling window
+    # a closed period (within its late grace) whose result is emitted (worker/results.py): the
+    # script reads its INST.PREP marker and leaves it alone once its result is sealed
+    sealable: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,7 +124,8 @@ class EventReply(NamedTuple):  # one per event
     seq: int  # the board's seq after the event
     failed_as: str | None  # FAILED: the error class its first delivery raised
     # want_state: per instance of its mask, in bit order; UNREPORTED: a derived rolling period
-    # the event did not write (its preparation has not begun), nothing to publish
+    # the event did not write (its preparation has not begun), or a period whose result was
+    # sealed: nothing to publish
     states: tuple[MemberState | None, ...]
     meta: bytes | None  # want_state: the member's meta after the event
     # want_state, a reset: per instance the seq of its latest reset (0: none it remembers)
@@ -169,7 +173,7 @@ class ApplyScript:
             "IDW": keys.id_window,
         }
         key_list = [board[name] for name in KEY]
-        for name, _, packing, rolling in req.instances:
+        for name, _, packing, rolling, _ in req.instances:
             packed = packing is not None
             bucket = rolling is not None and rolling.role == BUCKET
             per: dict[str, str] = {
@@ -179,7 +183,8 @@ class ApplyScript:
                 "STATE": keys.bucket(name) if bucket else keys.state(name),
                 "INDEX": keys.tie_index(name),  # unused by a packed window
                 "RESET": keys.reset_mark(name),  # read and written by a reset only
-                "PREP": keys.prepared(name),  # read for a derived rolling period only
+                # read for a derived rolling period, and a sealable period (its result's state)
+                "PREP": keys.prepared(name),
             }
             key_list += [per[field] for field in INST]
         header: dict[str, str | int] = {
@@ -209,7 +214,7 @@ class ApplyScript:
             args += [fields[name] for name in SRC]
         position = {inst.name: n for n, inst in enumerate(req.instances, 1)}
         groups: dict[str, int] = {}
-        for _, expire, packing, rolling in req.instances:
+        for _, expire, packing, rolling, sealable in req.instances:
             per_arg: dict[str, int | str] = {
                 "EXPIRE": expire,
                 "BITS": -1 if packing is None else packing.bits,
@@ -220,6 +225,7 @@ class ApplyScript:
                 "OLD": 0 if rolling is None else position.get(rolling.leaving, 0),
                 "NEW": 0 if rolling is None else position.get(rolling.entering, 0),
                 "KEEP": 0 if rolling is None else rolling.keep_from_ms,
+                "SEAL": "1" if sealable else "0",
             }
             args += [per_arg[name] for name in IA]
         legacy = req.legacy_ttl_ms > 0  # EV's last field, LEGACY_KEY, is sent only while adopting

@@ -19,9 +19,13 @@ board lives in one Cluster slot and one script may touch all of it.
                                        script rejected since the source's last commit (apply.lua)
     <prefix>{<board>}:b:<window>:<bucket id>  a rolling window's bucket: hash member ->
                                        "<value>|<latest event ms>" (worker/rolling_slots.py)
-    <prefix>{<board>}:rp:<instance>    "done" once the rolling period <instance> is prepared from
-                                       the one before it (worker/rolling.py); "busy:<owner>" while
-                                       a worker prepares it
+    <prefix>{<board>}:rp:<instance>    the period's marker: "done" once the rolling period
+                                       <instance> is prepared from the one before it
+                                       (worker/rolling.py); "busy:<owner>" while a worker prepares
+                                       it. Then its result's state (worker/results.py): "sealed"
+                                       (events no longer change it), "sending:<partition>:<offset>",
+                                       "sent:<partition>:<offset>:<seq>:<closed_at>", or "stale"
+                                       (expired before it could be read); it expires with the period
     <prefix>{<board>}:r:<instance>     the board seq of the instance's latest reset (`rankstream
                                        reset`), expiring with it: what a redelivered reset
                                        re-publishes to update_cache
@@ -39,6 +43,10 @@ board lives in one Cluster slot and one script may touch all of it.
     <prefix>{rolling}:<unit>:ready:<bucket id>  every board due before it was prepared for it
     <prefix>{rolling}:<window>          zset board -> start ms of its newest bucket with an event
     <prefix>{rolling}:<unit>:since      start ms of the first bucket a worker prepared in
+
+    <prefix>{results}:due               zset "<board>|<window>|<period>" -> when its result is due
+                                       (the period's end + late grace + a settle margin)
+    <prefix>{results}:emitter           the worker that emits results: its transactional id, a lease
 
     <prefix>{owners:<group>}:<topic>   hash partition -> transactional id of the worker that
                                        last took it (worker/fencing.py)
@@ -180,3 +188,13 @@ def partition_owners(prefix: str, group: str, topic: str) -> str:
 def partition_sources(prefix: str, group: str, topic: str) -> str:
     """The epoch and, per partition of `topic`, the last offset `group` applied (worker/sources.py)."""
     return f"{prefix}{{sources:{group}}}:{topic}"
+
+
+def results_due(prefix: str) -> str:
+    """Every period whose result is not yet emitted: zset `<board>|<window>|<period>` -> due ms."""
+    return f"{prefix}{{results}}:due"
+
+
+def results_emitter(prefix: str) -> str:
+    """The lease of the one worker emitting period results (worker/results.py)."""
+    return f"{prefix}{{results}}:emitter"

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
+import redis
 import redis.asyncio as aioredis
 
 from common.store.encoding import (
@@ -108,8 +110,7 @@ TOP = load_script("top", (("K", TOP_KEYS), ("A", TOP_ARGS)))
 LOCATE = load_script("locate", (("K", LOCATE_KEYS), ("A", LOCATE_ARGS), ("M", PER_MEMBER)))
 
 
-async def top(client: aioredis.Redis, ref: WindowRef, start: int, stop: int, reverse: bool) -> Page:
-    """The view's positions [start, stop)."""
+def _top_args(ref: WindowRef, start: int, stop: int, reverse: bool) -> list[str | int]:
     values: dict[str, str | int] = {
         "START": start,
         "STOP": stop,
@@ -117,7 +118,21 @@ async def top(client: aioredis.Redis, ref: WindowRef, start: int, stop: int, rev
         "REVERSE": _flag(reverse),
         "PLEN": 0 if ref.packing is not None else tie_prefix_length(ref.mode),
     }
-    reply = await TOP.run_async(client, ref.key_list(TOP_KEYS), [values[name] for name in TOP_ARGS])
+    return [values[name] for name in TOP_ARGS]
+
+
+async def top(client: aioredis.Redis, ref: WindowRef, start: int, stop: int, reverse: bool) -> Page:
+    """The view's positions [start, stop)."""
+    reply = await TOP.run_async(client, ref.key_list(TOP_KEYS), _top_args(ref, start, stop, reverse))
+    return _page(ref, reply)
+
+
+def top_sync(client: redis.Redis, ref: WindowRef, start: int, stop: int) -> Page:
+    """The board's order, positions [start, stop), from a synchronous client (the worker's)."""
+    return _page(ref, TOP.run(client, ref.key_list(TOP_KEYS), _top_args(ref, start, stop, False)))
+
+
+def _page(ref: WindowRef, reply: list[Any]) -> Page:
     total, seq, n = int(reply[0]), int(reply[1]), int(reply[2])
     metas = reply[3 + 2 * n :]
     score = float if ref.packing is None else ref.packing.score_of

@@ -342,7 +342,7 @@ for k, src in ipairs(sources) do
   end
   src.changed = false
 end
-local expires, any_rolling = {}, false
+local expires, any_rolling, sealed, any_sealed = {}, false, {}, false
 for i = 1, W do
   expires[i] = ARGV[at + IA.EXPIRE]
   packings[i] = ENC.packing(tonumber(ARGV[at + IA.BITS]), tonumber(ARGV[at + IA.BASE]), mode)
@@ -352,6 +352,13 @@ for i = 1, W do
   if roles[i] ~= 'z' then any_rolling = true end
   if roles[i] == 'f' then started[i] = redis.call('EXISTS', ikey(i, INST.PREP)) == 1 end
   if roles[i] == 'b' then bucket_list[#bucket_list + 1] = i end
+  -- a closed period whose result is sealed (sealed, sending or sent: worker/results.py) is
+  -- final: events within the late grace by their worker's clock no longer change it
+  if ARGV[at + IA.SEAL] == '1' then
+    local mark = redis.call('GET', ikey(i, INST.PREP))
+    sealed[i] = mark and string.byte(mark, 1) == 115 or false  -- 's'
+    if sealed[i] then any_sealed = true end
+  end
   at = at + IA._N
   -- A general instance keeps a tie index unless it has a state hash. A new one (no rank zset
   -- yet) gets a state hash instead while the caller says so (H.INDEX '0': workers of a release
@@ -413,6 +420,11 @@ for e = 1, E do
       end
     end
   end
+  if any_sealed then
+    local open = {}
+    for _, i in ipairs(order) do if not sealed[i] then open[#open + 1] = i end end
+    order = open
+  end
   ev.order = order
   local preparing = ev.op == 'derive' or ev.op == 'rebuild'
   if ev.op ~= 'x' and not preparing then fps[#fps + 1] = ev.fp end
@@ -428,7 +440,8 @@ for e = 1, E do
       end
     end
     for _, i in ipairs(inst) do
-      if roles[i] ~= 'f' then
+      if sealed[i] then  -- neither read nor written
+      elseif roles[i] ~= 'f' then
         wants(i)
       elseif ev.op == 'rebuild' then
         wants(i)
@@ -647,12 +660,14 @@ for _, ev in ipairs(events) do
       if op == 'reset' then  -- the seq of the instance's latest reset ('': none remembered)
         out[#out + 1] = reset and reset.seq or redis.call('GET', ikey(i, INST.RESET)) or ''
       else
-        local c = load(i, member)
-        if roles[i] == 'f' and not started[i] and op ~= 'derive' and op ~= 'rebuild' then
+        if sealed[i] then
+          out[#out + 1] = '~'  -- a sealed period: its members' states are final, already published
+        elseif roles[i] == 'f' and not started[i] and op ~= 'derive' and op ~= 'rebuild' then
           -- a next period this event did not write: the preparer's walk publishes the member,
           -- with the same seq; a record from here could arrive after it and undo it
           out[#out + 1] = '~'
         else
+          local c = load(i, member)
           out[#out + 1] = c.present and ENC.state(fmt(c.score), c.tie) or ''
         end
       end

@@ -1,0 +1,118 @@
+"""Period results (CONTRACT 6, README "Period results"): the record a closed period emits to
+rank_period_closed, its key, when it is due, and how it is read from Redis. The worker emits it
+(worker/results.py), `rankstream periods --republish` re-emits it (rankstream/periods.py).
+
+The record, keyed `<board>|<window>|<period>`:
+    {"board", "window", "period", "closed_at": the period's end (ms), "members": how many it
+     holds, "seq": the board's seq when it was read, "top": [{"rank", "member", "score", "meta"?}]}
+Ranks are 1-based and unique, in the board's order with its tie rule (what `top` answers)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+import redis
+
+from common.boards import BoardType, Order, Window
+from common.periods import Period
+from common.store import reads
+from common.store.encoding import tie_mode, window_packing
+from common.store.keys import BoardKeys, window_instance
+
+# A result is due this long after its period's late grace ends: a worker whose clock trails the
+# emitter's by less still counts its late events before the result is sealed (a later one is
+# refused by the seal, apply.lua), and the period's last batch is in.
+RESULT_SETTLE_MS = 5_000
+# Members per top.lua call while a result is read: each call stays under a millisecond of Redis
+# time on a million-member board (bench/results.py), so reading a 10,000-member top blocks nobody.
+RESULT_PAGE = 500
+# A record holds up to 10,000 members with their metas (<= 1 KiB each): ~11 MiB at most. The topic
+# (rankstream/topics.py) and the worker's results producer, which compresses, allow this much.
+MAX_RESULT_BYTES = 16 * 1024 * 1024
+
+
+def result_key(board: str, window: str, period: str) -> str:
+    """The record's Kafka key, and the period's name in `{results}:due`."""
+    return f"{board}|{window}|{period}"
+
+
+def split_result_key(key: str) -> tuple[str, str, str]:
+    """(board, window, period) of a result key (neither a board nor a window holds `|`)."""
+    board, window, period = key.split("|", 2)
+    return board, window, period
+
+
+def result_due_ms(board_type: BoardType, period: Period) -> int:
+    """When the period's result is read: once the period closed and its late grace passed."""
+    return period.end_ms + board_type.late_grace_ms + RESULT_SETTLE_MS
+
+
+@dataclass(frozen=True, slots=True)
+class PeriodResult:
+    board: str
+    window: str
+    period: str
+    closed_at: int  # ms: the period's end
+    members: int
+    seq: int
+    top: list[reads.Entry]
+
+    @property
+    def key(self) -> str:
+        return result_key(self.board, self.window, self.period)
+
+    def encode(self) -> bytes:
+        items: list[dict[str, Any]] = []
+        for rank, entry in enumerate(self.top, 1):
+            score = entry.score
+            item: dict[str, Any] = {
+                "rank": rank,
+                "member": entry.member,
+                "score": int(score) if score.is_integer() and abs(score) <= 2**53 else score,
+            }
+            if entry.meta is not None:
+                item["meta"] = orjson.Fragment(entry.meta)  # stored as JSON already
+            items.append(item)
+        body = {
+            "board": self.board,
+            "window": self.window,
+            "period": self.period,
+            "closed_at": self.closed_at,
+            "members": self.members,
+            "seq": self.seq,
+            "top": items,
+        }
+        return orjson.dumps(body)
+
+
+def read_result(
+    client: redis.Redis,
+    prefix: str,
+    board_type: BoardType,
+    board: str,
+    *,
+    window: Window,
+    period: Period,
+    seq: int | None = None,
+    page: int = RESULT_PAGE,
+) -> PeriodResult:
+    """The period's best `period_results.top` members, page by page (one short call each), and
+    how many it holds. `seq`: the record's (a republished one keeps the first's); else the
+    board's as the first page reads it."""
+    assert board_type.results is not None
+    packing = window_packing(board_type, window, period.start_ms)
+    desc = board_type.order is Order.DESC
+    ref = reads.WindowRef(BoardKeys(prefix, board), window_instance(window.name, period.id), desc,
+                          tie_mode(board_type), packing)  # fmt: skip
+    want = board_type.results.top
+    first = reads.top_sync(client, ref, 0, min(page, want))
+    entries, total = list(first.entries), first.total
+    while len(entries) < min(want, total):
+        got = reads.top_sync(client, ref, len(entries), min(len(entries) + page, want)).entries
+        if not got:  # emptied meanwhile (an erase): what was read is the result
+            break
+        entries += got
+    seq = first.seq if seq is None else seq
+    return PeriodResult(board, window.name, period.id, period.end_ms, total, seq, entries)

@@ -1,0 +1,212 @@
+"""Period results, step by step on real Kafka and Redis (worker/results.py): the seal freezes a
+closed period against late events the worker's clock still lets in, each declared period is
+registered once with its due time, and the emitter sends one record per period whatever point a
+predecessor died at: after its commit but before marking it sent, after noting the offset but
+before producing, or alive but fenced (a zombie that still thinks it leads). `rankstream periods`
+lists what was published, and `--republish` sends the same record again on purpose.
+(tests/integration/test_period_results.py runs whole workers, killed and leaving, over days.)"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from datetime import datetime
+from zoneinfo import ZoneInfo
+
+import orjson
+import pytest
+import redis
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+from common.boards import parse_boards
+from common.events import Op, UpdateEvent
+from common.results import RESULT_SETTLE_MS, result_key
+from common.settings import Settings
+from common.store import periodmark
+from common.store.keys import BoardKeys, results_due, results_emitter
+from rankstream.periods import closed_periods, republish
+from rankstream.topics import ensure_topics
+from worker.apply import Applier
+from worker.main import results_emitter as make_emitter
+from worker.results import ResultEmitter
+
+pytestmark = pytest.mark.integration
+TZ = ZoneInfo("Asia/Shanghai")
+GRACE = 600_000
+CONFIG = """
+timezone: Asia/Shanghai
+types:
+  gift:
+    windows: [total, hour, day]
+    late_grace: 10m
+    period_results: {windows: [hour], top: 3}
+  plain:
+    windows: [total, hour]
+"""
+
+
+def local_ms(text: str) -> int:
+    return int(datetime.fromisoformat(text).replace(tzinfo=TZ).timestamp() * 1000)
+
+
+HOUR_10 = local_ms("2027-03-01T10:00")  # the hour whose result the tests follow
+HOUR_11 = HOUR_10 + 3_600_000
+DUE = HOUR_11 + GRACE + RESULT_SETTLE_MS
+KEY = result_key("gift:r1", "hour", "2027-03-01T10")
+
+
+class Clock:
+    def __init__(self, now: int) -> None:
+        self.now = now
+
+    def __call__(self) -> int:
+        return self.now
+
+
+def ev(n: int, member: str, score: float, ts: int, board: str = "gift:r1") -> tuple[UpdateEvent, int]:
+    return UpdateEvent(f"e{n}", board, board.split(":")[0], member, Op.INCR, score, ts, None), ts
+
+
+@pytest.fixture
+def setup(make_settings: Callable[..., Settings], tmp_path) -> Iterator[tuple[Settings, redis.Redis]]:
+    path = tmp_path / "boards.yaml"
+    path.write_text(CONFIG)
+    settings = make_settings(boards=path)
+    ensure_topics(settings)
+    client = redis.Redis.from_url(settings.redis_url.get_secret_value())
+    yield settings, client
+    keys = list(client.scan_iter(match=f"{settings.key_prefix}*", count=1000))
+    if keys:
+        client.delete(*keys)
+    client.close()
+
+
+def emitter(settings: Settings, client: redis.Redis, clock: Clock, owner: str) -> ResultEmitter:
+    return make_emitter(settings, client, parse_boards(CONFIG), owner, clock=clock, metrics=None)
+
+
+def records(settings: Settings) -> list[tuple[str, dict[str, object], int]]:
+    """(key, value, partition) of every committed record in the results topic."""
+    reader = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": "check",
+                       "enable.partition.eof": True, "isolation.level": "read_committed"})  # fmt: skip
+    try:
+        meta = reader.list_topics(settings.topic_results, timeout=10).topics[settings.topic_results]
+        parts = [TopicPartition(settings.topic_results, p, 0) for p in meta.partitions]
+        reader.assign(parts)
+        out, ended = [], set()
+        while len(ended) < len(parts):
+            msg = reader.poll(10)
+            assert msg is not None, "the results topic did not reach its end"
+            if msg.error() is not None:
+                ended.add(msg.partition())
+                continue
+            out.append((msg.key().decode(), orjson.loads(msg.value()), msg.partition()))
+        return out
+    finally:
+        reader.close()
+
+
+def fill(settings: Settings, client: redis.Redis, clock: Clock) -> Applier:
+    """Hour 10 of gift:r1: a 4, b 9, c 9 (c later: behind b), d 1; a plain board too."""
+    applier = Applier(client, parse_boards(CONFIG), settings.key_prefix, 3600, now_ms=clock, epoch="E")
+    applier.apply([ev(1, "a", 4, HOUR_10 + 1), ev(2, "b", 9, HOUR_10 + 2), ev(3, "c", 9, HOUR_10 + 3),
+                   ev(4, "d", 1, HOUR_10 + 4), ev(5, "p", 1, HOUR_10 + 5, "plain:x")])  # fmt: skip
+    return applier
+
+
+def test_a_sealed_period_takes_no_more_late_events(setup):
+    settings, client = setup
+    clock = Clock(HOUR_10 + 60_000)
+    applier = fill(settings, client, clock)
+    due = client.zrange(results_due(settings.key_prefix), 0, -1, withscores=True)
+    assert due == [(KEY.encode(), float(DUE))], "one period of one declared window, due after its grace"
+
+    clock.now = HOUR_11 + GRACE - 1  # the worker still takes late events for hour 10
+    applier.apply([ev(6, "d", 10, HOUR_10 + 9)])  # counts: d 11
+    keys = BoardKeys(settings.key_prefix, "gift:r1")
+    assert periodmark.seal(client, keys, "hour:2027-03-01T10", DUE + 3_600_000).state == "sealed"
+    applier.apply([ev(7, "a", 100, HOUR_10 + 10)])  # by the worker's clock in grace; sealed: ignored
+    rank = f"{settings.key_prefix}{{gift:r1}}:z:hour:2027-03-01T10"
+    members = {m.decode()[-1:]: s for m, s in client.zrange(rank, 0, -1, withscores=True)}
+    assert members == {"a": 4, "b": 9, "c": 9, "d": 11}
+    total = f"{settings.key_prefix}{{gift:r1}}:z:total"
+    assert {m.decode()[-1:]: s for m, s in client.zrange(total, 0, -1, withscores=True)}["a"] == 104
+
+
+def test_one_record_per_period_and_none_for_undeclared(setup):
+    settings, client = setup
+    clock = Clock(HOUR_10 + 60_000)
+    fill(settings, client, clock)
+    first = emitter(settings, client, clock, "w1")
+    clock.now = DUE - 1
+    assert first.step() == 0 and records(settings) == []  # not due yet
+    clock.now = DUE
+    assert first.step() == 1
+    assert first.step() == 0  # settled: nothing due
+    (got,) = records(settings)
+    assert got[0] == KEY
+    assert got[1] == {
+        "board": "gift:r1", "window": "hour", "period": "2027-03-01T10", "closed_at": HOUR_11,
+        "members": 4, "seq": 4,
+        "top": [{"rank": 1, "member": "b", "score": 9}, {"rank": 2, "member": "c", "score": 9},
+                {"rank": 3, "member": "a", "score": 4}],
+    }  # fmt: skip
+    (closed,) = closed_periods(settings, client, "gift:r1", now_ms=DUE)
+    assert (closed.window, closed.period.id, closed.state) == ("hour", "2027-03-01T10", "published")
+    assert closed.detail.startswith(f"partition {got[2]} offset "), closed.detail
+
+    # on purpose: the same record again, same partition, flagged
+    line = republish(settings, "gift:r1", "2027-03-01T10")
+    assert "republished gift:r1|hour|2027-03-01T10" in line
+    again = records(settings)
+    assert len(again) == 2 and again[1][:2] == got[:2] and again[1][2] == got[2]
+
+
+def _after_commit_before_sent(settings: Settings, client: redis.Redis, clock: Clock) -> None:
+    """A leader that died after committing the record, before marking it sent."""
+    dead = emitter(settings, client, clock, "dead")
+    assert dead.step() == 1
+    keys = BoardKeys(settings.key_prefix, "gift:r1")
+    sent = periodmark.read_mark(client, keys, "hour:2027-03-01T10")
+    client.set(keys.prepared("hour:2027-03-01T10"), periodmark.sending(sent.partition, sent.offset))
+    client.zadd(results_due(settings.key_prefix), {KEY: DUE})
+
+
+def _after_sending_before_produce(settings: Settings, client: redis.Redis, clock: Clock) -> None:
+    """A leader that died after noting the partition's end, before producing."""
+    keys = BoardKeys(settings.key_prefix, "gift:r1")
+    client.set(keys.prepared("hour:2027-03-01T10"), periodmark.sending(0, 0))
+
+
+@pytest.mark.parametrize("death", [_after_commit_before_sent, _after_sending_before_produce])
+def test_a_successor_sends_what_its_predecessor_did_not_and_nothing_it_did(setup, death):
+    settings, client = setup
+    clock = Clock(HOUR_10 + 60_000)
+    fill(settings, client, clock)
+    clock.now = DUE
+    death(settings, client, clock)
+    client.delete(results_emitter(settings.key_prefix))  # its lease lapsed
+    successor = emitter(settings, client, clock, "w2")
+    assert successor.step() == 1
+    assert [k for k, _, _ in records(settings)] == [KEY]
+    keys = BoardKeys(settings.key_prefix, "gift:r1")
+    assert periodmark.read_mark(client, keys, "hour:2027-03-01T10").state == "sent"
+    assert client.zcard(results_due(settings.key_prefix)) == 0
+
+
+def test_a_fenced_zombie_cannot_commit(setup):
+    settings, client = setup
+    clock = Clock(HOUR_10 + 60_000)
+    fill(settings, client, clock)
+    zombie = emitter(settings, client, clock, "zombie")
+    assert zombie.step() == 0 and zombie.leading  # leads, nothing due yet
+    client.delete(results_emitter(settings.key_prefix))  # paused past its lease
+    clock.now = DUE - 1
+    successor = emitter(settings, client, clock, "w2")
+    assert successor.step() == 0 and successor.leading  # its init_transactions fenced the zombie...
+    with pytest.raises(KafkaException):  # ...which seals, notes the offset, and can't commit
+        zombie.emit(KEY, DUE)
+    keys = BoardKeys(settings.key_prefix, "gift:r1")
+    assert periodmark.read_mark(client, keys, "hour:2027-03-01T10").state == "sending"
+    clock.now = DUE
+    assert successor.step() == 1  # finds no committed record from the zombie: sends it
+    assert [k for k, _, _ in records(settings)] == [KEY]

@@ -1,0 +1,301 @@
+"""Emits each closed period's result to rank_period_closed exactly once (README "Period results").
+
+Who: one worker at a time, the holder of the lease `{results}:emitter` (renewed every pass, so a
+dead holder's lapses within LEASE_MS). It produces with one transactional id for every holder,
+`<group>-results`: a new holder's init_transactions fences the previous one (a zombie that still
+believes it holds the lease can no longer commit) and aborts whatever transaction it left open.
+The lease only keeps the others idle; correctness rests on that fence and on the marker below.
+
+What: `{results}:due` names every period whose result is due, and when (worker/apply.py adds each
+period of a declared window an event counts in). For each one due, in order:
+ 1. seal it (its marker `<board>:rp:<period>`, in the board's slot; periodmark.lua): apply.lua
+    leaves a sealed period alone, so what is read next is final;
+ 2. read its top and member count, a page per call (common/results.py: none blocks Redis 1 ms);
+ 3. note the partition's end offset in the marker (`sending:<p>:<offset>`), produce the record in
+    a transaction and commit it;
+ 4. mark it `sent` and drop it from the due set.
+A holder that finds `sending` (its predecessor died between 3 and 4) reads that partition from the
+noted offset, read_committed, after its own init_transactions fenced the predecessor: if the key
+is there, the result went out; if not, it did not (an aborted record is never read) and it is sent
+now. Every marker move is a compare-and-set. So never twice (a key's one committed record is found
+or made, once) and never zero (a period stays due until its commit is marked, and the lease passes
+on when its holder dies). A period that expired before anyone could read it is marked `stale`,
+logged and counted (only a worker outage longer than its retention does that)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import orjson
+import redis
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+
+from common.boards import BoardsConfig, BoardType, Window, split_board
+from common.cache_records import partition_for
+from common.clock import Clock
+from common.errors import InfrastructureError
+from common.periods import Period, expire_at_ms, parse_period
+from common.results import read_result, split_result_key
+from common.store import periodmark
+from common.store.encoding import text
+from common.store.keys import BoardKeys, results_due, results_emitter, window_instance
+from worker.metrics import WorkerMetrics
+
+_log = logging.getLogger(__name__)
+LEASE_MS = 15_000
+BATCH = 100  # due periods read per pass
+KAFKA_TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class Due:
+    """A due period, resolved against the config."""
+
+    key: str  # `<board>|<window>|<period>`
+    board_type: BoardType
+    keys: BoardKeys
+    window: Window
+    period: Period
+    expire_ms: int
+
+    @property
+    def instance(self) -> str:
+        return window_instance(self.window.name, self.period.id)
+
+
+class ResultEmitter:
+    def __init__(
+        self,
+        client: redis.Redis,
+        boards: BoardsConfig,
+        *,
+        prefix: str,
+        topic: str,
+        owner: str,
+        producer: Callable[[], Producer],
+        reader: Callable[[], Consumer],
+        clock: Clock,
+        metrics: WorkerMetrics | None = None,
+    ) -> None:
+        self._client = client
+        self._boards = boards
+        self._prefix = prefix
+        self._topic = topic
+        self._owner = owner  # the lease's holder name (the worker's transactional id)
+        self._make_producer = producer  # transactional, `<group>-results`
+        self._make_reader = reader  # read_committed, partition EOF on, no group commits
+        self._clock = clock
+        self.metrics = metrics
+        self._producer: Producer | None = None
+        self._partitions = 0
+        self.sent = 0
+        self.settled = 0  # due periods dropped from the due set
+
+    @property
+    def leading(self) -> bool:
+        return self._producer is not None
+
+    def step(self) -> int:
+        """One pass: hold the lease, then emit what is due. Returns how many due periods it
+        settled (sent, found sent, or dropped): BATCH means more may be waiting."""
+        if not self._lead():
+            return 0
+        now = self._clock()
+        due: list[bytes] = self._client.zrangebyscore(
+            results_due(self._prefix), "-inf", now, start=0, num=BATCH
+        )  # type: ignore[assignment]
+        settled = self.settled
+        for raw in due:
+            self.emit(text(raw), now)
+        return self.settled - settled
+
+    def close(self) -> None:
+        """Give the lease back (the next holder's init_transactions would fence us anyway)."""
+        if self._producer is not None:
+            self._producer = None
+            key = results_emitter(self._prefix)
+            if text(self._client.get(key) or b"") == self._owner:
+                self._client.delete(key)
+
+    def _lead(self) -> bool:
+        """Take or renew the lease; on taking it, fence every previous holder's producer."""
+        key = results_emitter(self._prefix)
+        mine = bool(self._client.set(key, self._owner, nx=True, px=LEASE_MS))
+        if not mine and text(self._client.get(key) or b"") == self._owner:
+            mine = bool(self._client.set(key, self._owner, xx=True, px=LEASE_MS))
+        if not mine:
+            self._producer = None
+            return False
+        if self._producer is None:
+            producer = self._make_producer()
+            producer.init_transactions(KAFKA_TIMEOUT_S)
+            topic = producer.list_topics(self._topic, timeout=KAFKA_TIMEOUT_S).topics.get(self._topic)
+            if topic is None or topic.error is not None or not topic.partitions:
+                raise InfrastructureError(f"topic {self._topic} is missing: run `rankstream topics`")
+            self._partitions = len(topic.partitions)
+            self._producer = producer
+            _log.info("emitting period results", extra={"topic": self._topic})
+        return True
+
+    def resolve(self, key: str) -> Due | None:
+        """The due period named `key`, or None if the config no longer emits its results."""
+        board, window_name, period_id = split_result_key(key)
+        parts = split_board(board)
+        board_type = None if parts is None else self._boards.type_for(parts[0])
+        if board_type is None or board_type.results is None or window_name not in board_type.results.windows:
+            return None
+        window = board_type.window(window_name)
+        tz = self._boards.timezone
+        try:
+            period = parse_period(window, period_id, tz)
+        except ValueError:  # not a period of the window (written by hand?)
+            return None
+        expire = expire_at_ms(window, period, board_type.retention[window_name], tz)
+        return Due(key, board_type, BoardKeys(self._prefix, board), window, period, expire)
+
+    def emit(self, key: str, now: int) -> int:
+        """Steps 1-4 for one due period; 1 if this call sent its record."""
+        due = self.resolve(key)
+        if due is None:
+            _log.warning("a due result no longer declared: dropped", extra={"result": key})
+            self._done(key)
+            return 0
+        if now >= due.expire_ms:
+            return self._stale(due)
+        mark = periodmark.seal(self._client, due.keys, due.instance, due.expire_ms)
+        if mark.state in {"sent", "stale"}:
+            self._done(key)
+            return 0
+        if mark.state == "sending":
+            found = self._find(key, mark.partition, mark.offset)
+            if found is not None:
+                offset, seq = found
+                new = periodmark.sent(mark.partition, offset, seq, self._clock())
+                if (
+                    periodmark.swap(
+                        self._client, due.keys, due.instance, mark, new, expire_ms=due.expire_ms
+                    ).raw
+                    == new
+                ):
+                    self._count("found")
+                    self._done(key)
+                return 0
+        return self._send(due, mark)
+
+    def _send(self, due: Due, mark: periodmark.Mark) -> int:
+        producer = self._producer
+        assert producer is not None
+        board = due.keys.board
+        result = read_result(
+            self._client, self._prefix, due.board_type, board, window=due.window, period=due.period
+        )
+        partition = partition_for(due.key, self._partitions)
+        reader = self._make_reader()
+        try:
+            _, end = reader.get_watermark_offsets(TopicPartition(self._topic, partition), KAFKA_TIMEOUT_S)
+        finally:
+            reader.close()
+        new = periodmark.sending(partition, end)
+        claimed = periodmark.swap(self._client, due.keys, due.instance, mark, new, expire_ms=due.expire_ms)
+        if claimed.raw != new:  # moved by another holder meanwhile: the next pass sees where it is
+            return 0
+        offsets: list[int] = []
+
+        def delivered(err: KafkaError | None, msg: Message) -> None:
+            if err is None:
+                offsets.append(msg.offset() or 0)
+
+        producer.begin_transaction()
+        try:
+            producer.produce(self._topic, result.encode(), due.key.encode(), partition, on_delivery=delivered)
+            producer.commit_transaction(KAFKA_TIMEOUT_S)
+        except KafkaException:
+            self._producer = None  # fenced, or the transaction is in doubt: a fresh producer next pass
+            raise
+        done = periodmark.sent(partition, offsets[0] if offsets else end, result.seq, self._clock())
+        periodmark.swap(self._client, due.keys, due.instance, claimed, done, expire_ms=due.expire_ms)
+        self._done(due.key)
+        self._count("sent")
+        self.sent += 1
+        _log.info("period result sent", extra={"result": due.key, "members": result.members})
+        return 1
+
+    def _find(self, key: str, partition: int, offset: int) -> tuple[int, int] | None:
+        """(offset, seq) of the committed record of `key` at or after `offset`, if any."""
+        reader = self._make_reader()
+        try:
+            tp = TopicPartition(self._topic, partition)
+            _, end = reader.get_watermark_offsets(tp, KAFKA_TIMEOUT_S)
+            if offset >= end:
+                return None
+            reader.assign([TopicPartition(self._topic, partition, offset)])
+            wanted = key.encode()
+            while True:
+                msg = reader.poll(KAFKA_TIMEOUT_S)
+                if msg is None:
+                    raise InfrastructureError(f"reading {self._topic} [{partition}] timed out")
+                err = msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        return None
+                    raise KafkaException(err)
+                if msg.key() == wanted:
+                    return msg.offset() or 0, int(orjson.loads(msg.value() or b"{}")["seq"])
+        finally:
+            reader.close()
+
+    def _stale(self, due: Due) -> int:
+        mark = periodmark.read_mark(self._client, due.keys, due.instance)
+        if mark.state != "sent":
+            _log.error(
+                "a period expired before its result could be read: none sent (its retention is "
+                "shorter than the workers' outage)",
+                extra={"result": due.key},
+            )
+            self._count("stale")
+        self._done(due.key)
+        return 0
+
+    def _done(self, key: str) -> None:
+        self._client.zrem(results_due(self._prefix), key)
+        self.settled += 1
+
+    def _count(self, outcome: str) -> None:
+        if self.metrics is not None:
+            self.metrics.results.labels(outcome=outcome).inc()
+
+
+class ResultsThread:
+    """Runs the emitter beside the worker loop: a pass every `interval_s`."""
+
+    def __init__(self, emitter: ResultEmitter, interval_s: float = 1.0) -> None:
+        self.emitter = emitter
+        self._interval = interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="period-results", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+        if not self._thread.is_alive():
+            with contextlib.suppress(redis.RedisError):  # else the lease lapses by itself
+                self.emitter.close()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                while self.emitter.step() >= BATCH and not self._stop.is_set():
+                    pass  # a backlog: the next batch at once
+            except Exception as exc:  # noqa: BLE001 - Redis or Kafka away: the next pass retries
+                _log.warning("emitting period results failed, retrying", extra={"error": repr(exc)})
+                if self.emitter.metrics is not None:
+                    self.emitter.metrics.results_failures.inc()
+            self._stop.wait(self._interval)
