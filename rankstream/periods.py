@@ -17,7 +17,6 @@ import redis
 from confluent_kafka import KafkaError, Message
 
 from common.boards import BoardsConfig, BoardType, Window, load_boards, split_board
-from common.cache_records import partition_for
 from common.clients import kafka_producer, redis_client
 from common.errors import ConfigError, InfrastructureError, RankstreamError
 from common.periods import Period, parse_period, recent_periods
@@ -50,11 +49,13 @@ def _board_type(boards: BoardsConfig, board: str) -> BoardType:
 
 
 def _declared(board_type: BoardType, window: str | None) -> list[Window]:
-    declared = [] if board_type.results is None else sorted(board_type.results.windows)
+    if board_type.results is None:
+        raise ConfigError(f"board type {board_type.name!r} declares no period_results: it emits no results")
+    declared = sorted(board_type.results.windows)
     if window is not None:
         if window not in declared:
             raise ConfigError(f"board type {board_type.name!r} emits no results for window {window!r} "
-                              f"(period_results: {', '.join(declared) or 'none'})")  # fmt: skip
+                              f"(period_results: {', '.join(declared)})")  # fmt: skip
         declared = [window]
     return [board_type.window(name) for name in declared]
 
@@ -147,12 +148,11 @@ def republish(settings: Settings, board: str, period: str, window: str | None = 
         {"enable.idempotence": True, "acks": "all", "message.max.bytes": MAX_RESULT_BYTES + 65_536},
         defaults={"compression.type": "zstd"},
     )
-    topic = producer.list_topics(settings.topic_results, timeout=DELIVERY_TIMEOUT_S).topics.get(
-        settings.topic_results
-    )
-    if topic is None or topic.error is not None or not topic.partitions:
-        raise InfrastructureError(f"topic {settings.topic_results} is missing: run `rankstream topics`")
-    partition = partition_for(result.key, len(topic.partitions))
+    name = settings.topic_results
+    topic = producer.list_topics(name, timeout=DELIVERY_TIMEOUT_S).topics.get(name)
+    if topic is None or topic.error is not None or mark.partition not in topic.partitions:
+        raise InfrastructureError(f"topic {name} or its partition {mark.partition} is missing")
+    partition = mark.partition  # the first record's, whatever the topic's partitions are now
     reports: list[tuple[KafkaError | None, int]] = []
 
     def delivered(err: KafkaError | None, msg: Message) -> None:

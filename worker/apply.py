@@ -292,8 +292,10 @@ class Applier:
                 # a period whose keys already expired can't take the event either: PEXPIREAT in
                 # the past would delete the whole period (retention 1 with a late grace did)
                 late_after = min(period.end_ms + board_type.late_grace_ms, expire)
+                # a period whose result is emitted may be sealed: apply.lua reads its marker, by
+                # Redis' word rather than this clock's (sealed early by an emitter whose clock leads)
                 emits = results_of(board_type, window)
-                instance = _period_instance(board_type, window, period, expire)
+                instance = _period_instance(board_type, window, period, expire)._replace(sealable=emits)
                 slots.append(_Slot(instance, late_after, period if emits else None, window.name))
                 start, end = max(start, period.reuse_from), min(end, period.reuse_until)
             # rolling windows depend on the clock too: _instances
@@ -566,8 +568,7 @@ class Applier:
 
 
 def _taking(slots: _Slots, now: int) -> _Taking:
-    """The slots' instances still taking events at `now`: a closed period whose result is
-    emitted is sealable (apply.lua reads its result's marker), and its result is due."""
+    """The slots' instances still taking events at `now`, and the results they make due."""
     out: list[Instance] = []
     dues: list[tuple[str, str, Period]] = []
     for instance, late_after, period, window in slots.slots:
@@ -575,8 +576,6 @@ def _taking(slots: _Slots, now: int) -> _Taking:
             continue
         if period is not None:
             dues.append(("result", window, period))
-            if now >= period.end_ms:
-                instance = instance._replace(sealable=True)  # noqa: PLW2901 - this slot's copy
         out.append(instance)
     return _Taking(slots, out, len(slots.slots) - len(out), tuple(dues))
 

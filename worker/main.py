@@ -215,7 +215,7 @@ def results_emitter(
     owner: str,
     *,
     clock: Clock,
-    metrics: WorkerMetrics,
+    metrics: WorkerMetrics | None,
 ) -> ResultEmitter:
     """worker/results.py's emitter: one transactional id for whichever worker holds its lease."""
     producer = functools.partial(

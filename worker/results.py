@@ -39,7 +39,7 @@ from common.cache_records import partition_for
 from common.clock import Clock
 from common.errors import InfrastructureError
 from common.periods import Period, expire_at_ms, parse_period
-from common.results import read_result, split_result_key
+from common.results import MAX_RESULT_BYTES, PeriodResult, read_result, split_result_key
 from common.store import periodmark
 from common.store.encoding import text
 from common.store.keys import BoardKeys, results_due, results_emitter, window_instance
@@ -47,7 +47,7 @@ from worker.metrics import WorkerMetrics
 
 _log = logging.getLogger(__name__)
 LEASE_MS = 15_000
-BATCH = 100  # due periods read per pass
+BATCH = 100  # due periods read per pass: at most this many records per transaction
 KAFKA_TIMEOUT_S = 30.0
 
 
@@ -65,6 +65,18 @@ class Due:
     @property
     def instance(self) -> str:
         return window_instance(self.window.name, self.period.id)
+
+
+@dataclass(slots=True)
+class _Pending:
+    """A sealed period in this pass' transaction."""
+
+    due: Due
+    mark: periodmark.Mark  # its marker once `sending`
+    result: PeriodResult
+    value: bytes
+    partition: int
+    offset: int = -1  # once delivered
 
 
 class ResultEmitter:
@@ -91,6 +103,7 @@ class ResultEmitter:
         self._clock = clock
         self.metrics = metrics
         self._producer: Producer | None = None
+        self._reader: Consumer | None = None
         self._partitions = 0
         self.sent = 0
         self.settled = 0  # due periods dropped from the due set
@@ -100,8 +113,9 @@ class ResultEmitter:
         return self._producer is not None
 
     def step(self) -> int:
-        """One pass: hold the lease, then emit what is due. Returns how many due periods it
-        settled (sent, found sent, or dropped): BATCH means more may be waiting."""
+        """One pass: hold the lease, then emit what is due, in one transaction per up to BATCH
+        periods (MAX_RESULT_BYTES of records). Returns how many due periods it settled (sent,
+        found sent, or dropped): BATCH means more may be waiting."""
         if not self._lead():
             return 0
         now = self._clock()
@@ -109,17 +123,40 @@ class ResultEmitter:
             results_due(self._prefix), "-inf", now, start=0, num=BATCH
         )  # type: ignore[assignment]
         settled = self.settled
+        batch: list[_Pending] = []
+        ends: dict[int, int] = {}  # partition -> its end offset, asked once per pass
         for raw in due:
-            self.emit(text(raw), now)
+            pending = self._prepare(text(raw), now, ends)
+            if pending is not None:
+                batch.append(pending)
+            if sum(len(p.value) for p in batch) >= MAX_RESULT_BYTES:
+                self._commit(batch)
+                batch, ends = [], {}
+        if batch:
+            self._commit(batch)
         return self.settled - settled
+
+    def emit(self, key: str, now: int) -> int:
+        """Steps 1-4 for one due period; 1 if this call sent its record."""
+        pending = self._prepare(key, now, {})
+        if pending is None:
+            return 0
+        self._commit([pending])
+        return 1
 
     def close(self) -> None:
         """Give the lease back (the next holder's init_transactions would fence us anyway)."""
         if self._producer is not None:
-            self._producer = None
+            self._drop()
             key = results_emitter(self._prefix)
             if text(self._client.get(key) or b"") == self._owner:
                 self._client.delete(key)
+
+    def _drop(self) -> None:
+        self._producer = None
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
 
     def _lead(self) -> bool:
         """Take or renew the lease; on taking it, fence every previous holder's producer."""
@@ -128,7 +165,7 @@ class ResultEmitter:
         if not mine and text(self._client.get(key) or b"") == self._owner:
             mine = bool(self._client.set(key, self._owner, xx=True, px=LEASE_MS))
         if not mine:
-            self._producer = None
+            self._drop()
             return False
         if self._producer is None:
             producer = self._make_producer()
@@ -137,6 +174,7 @@ class ResultEmitter:
             if topic is None or topic.error is not None or not topic.partitions:
                 raise InfrastructureError(f"topic {self._topic} is missing: run `rankstream topics`")
             self._partitions = len(topic.partitions)
+            self._reader = self._make_reader()
             self._producer = producer
             _log.info("emitting period results", extra={"topic": self._topic})
         return True
@@ -157,82 +195,89 @@ class ResultEmitter:
         expire = expire_at_ms(window, period, board_type.retention[window_name], tz)
         return Due(key, board_type, BoardKeys(self._prefix, board), window, period, expire)
 
-    def emit(self, key: str, now: int) -> int:
-        """Steps 1-4 for one due period; 1 if this call sent its record."""
+    def _prepare(self, key: str, now: int, ends: dict[int, int]) -> _Pending | None:
+        """Steps 1 and 2 for one due period, and the first half of 3 (its marker says `sending`):
+        what to produce, or None if it is settled already (or moved by another holder)."""
         due = self.resolve(key)
         if due is None:
             _log.warning("a due result no longer declared: dropped", extra={"result": key})
             self._done(key)
-            return 0
+            return None
         if now >= due.expire_ms:
-            return self._stale(due)
+            self._stale(due)
+            return None
         mark = periodmark.seal(self._client, due.keys, due.instance, due.expire_ms)
         if mark.state in {"sent", "stale"}:
             self._done(key)
-            return 0
+            return None
         if mark.state == "sending":
             found = self._find(key, mark.partition, mark.offset)
             if found is not None:
                 offset, seq = found
                 new = periodmark.sent(mark.partition, offset, seq, self._clock())
-                if (
-                    periodmark.swap(
-                        self._client, due.keys, due.instance, mark, new, expire_ms=due.expire_ms
-                    ).raw
-                    == new
-                ):
+                if self._swap(due, mark, new).raw == new:
                     self._count("found")
                     self._done(key)
-                return 0
-        return self._send(due, mark)
-
-    def _send(self, due: Due, mark: periodmark.Mark) -> int:
-        producer = self._producer
-        assert producer is not None
+                return None
         board = due.keys.board
         result = read_result(
             self._client, self._prefix, due.board_type, board, window=due.window, period=due.period
         )
         partition = partition_for(due.key, self._partitions)
-        reader = self._make_reader()
-        try:
-            _, end = reader.get_watermark_offsets(TopicPartition(self._topic, partition), KAFKA_TIMEOUT_S)
-        finally:
-            reader.close()
-        new = periodmark.sending(partition, end)
-        claimed = periodmark.swap(self._client, due.keys, due.instance, mark, new, expire_ms=due.expire_ms)
+        if partition not in ends:
+            assert self._reader is not None
+            tp = TopicPartition(self._topic, partition)
+            ends[partition] = self._reader.get_watermark_offsets(tp, KAFKA_TIMEOUT_S)[1]
+        new = periodmark.sending(partition, ends[partition])
+        claimed = self._swap(due, mark, new)
         if claimed.raw != new:  # moved by another holder meanwhile: the next pass sees where it is
-            return 0
-        offsets: list[int] = []
+            return None
+        return _Pending(due, claimed, result, result.encode(), partition)
 
-        def delivered(err: KafkaError | None, msg: Message) -> None:
-            if err is None:
-                offsets.append(msg.offset() or 0)
+    def _commit(self, batch: list[_Pending]) -> None:
+        """The second half of step 3, and step 4: one transaction for the batch's records."""
+        producer = self._producer
+        assert producer is not None
 
-        producer.begin_transaction()
+        def delivered(pending: _Pending) -> Callable[[KafkaError | None, Message], None]:
+            def report(err: KafkaError | None, msg: Message) -> None:
+                if err is None:
+                    pending.offset = msg.offset() or 0
+
+            return report
+
         try:
-            producer.produce(self._topic, result.encode(), due.key.encode(), partition, on_delivery=delivered)
+            producer.begin_transaction()
+            for p in batch:
+                producer.produce(
+                    self._topic, p.value, p.due.key.encode(), p.partition, on_delivery=delivered(p)
+                )
             producer.commit_transaction(KAFKA_TIMEOUT_S)
         except KafkaException:
-            self._producer = None  # fenced, or the transaction is in doubt: a fresh producer next pass
+            self._drop()  # fenced, or the transaction is in doubt: a fresh producer next pass
             raise
-        done = periodmark.sent(partition, offsets[0] if offsets else end, result.seq, self._clock())
-        periodmark.swap(self._client, due.keys, due.instance, claimed, done, expire_ms=due.expire_ms)
-        self._done(due.key)
-        self._count("sent")
-        self.sent += 1
-        _log.info("period result sent", extra={"result": due.key, "members": result.members})
-        return 1
+        emitted = self._clock()
+        for p in batch:
+            done = periodmark.sent(p.partition, max(p.offset, p.mark.offset), p.result.seq, emitted)
+            self._swap(p.due, p.mark, done)
+            self._done(p.due.key)
+            self._count("sent")
+            self.sent += 1
+            _log.info("period result sent", extra={"result": p.due.key, "members": p.result.members})
+
+    def _swap(self, due: Due, mark: periodmark.Mark, new: str) -> periodmark.Mark:
+        return periodmark.swap(self._client, due.keys, due.instance, mark, new, expire_ms=due.expire_ms)
 
     def _find(self, key: str, partition: int, offset: int) -> tuple[int, int] | None:
         """(offset, seq) of the committed record of `key` at or after `offset`, if any."""
-        reader = self._make_reader()
+        reader = self._reader
+        assert reader is not None
+        tp = TopicPartition(self._topic, partition)
+        _, end = reader.get_watermark_offsets(tp, KAFKA_TIMEOUT_S)
+        if offset >= end:
+            return None
+        reader.assign([TopicPartition(self._topic, partition, offset)])
         try:
-            tp = TopicPartition(self._topic, partition)
-            _, end = reader.get_watermark_offsets(tp, KAFKA_TIMEOUT_S)
-            if offset >= end:
-                return None
-            reader.assign([TopicPartition(self._topic, partition, offset)])
             wanted = key.encode()
             while True:
                 msg = reader.poll(KAFKA_TIMEOUT_S)
@@ -246,9 +291,9 @@ class ResultEmitter:
                 if msg.key() == wanted:
                     return msg.offset() or 0, int(orjson.loads(msg.value() or b"{}")["seq"])
         finally:
-            reader.close()
+            reader.unassign()
 
-    def _stale(self, due: Due) -> int:
+    def _stale(self, due: Due) -> None:
         mark = periodmark.read_mark(self._client, due.keys, due.instance)
         if mark.state != "sent":
             _log.error(
@@ -258,7 +303,6 @@ class ResultEmitter:
             )
             self._count("stale")
         self._done(due.key)
-        return 0
 
     def _done(self, key: str) -> None:
         self._client.zrem(results_due(self._prefix), key)

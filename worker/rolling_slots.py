@@ -65,7 +65,9 @@ class RollingSlots:
     def period_instance(
         self, board_type: BoardType, window: Window, period: Period, role: str, *, sealable: bool = False
     ) -> Instance:
-        """`sealable`: a closed period whose result may be sealed (apply.lua leaves it alone then)."""
+        """`sealable`: a period whose result is emitted, so it may be sealed (apply.lua reads its
+        marker, and leaves it alone once sealed); never the next one, which is not closed before
+        it becomes current."""
         expire = self._expire(board_type, window, period)
         link = Rolling(role, window.name)
         return Instance(window_instance(window.name, period.id), expire, None, link, sealable)
@@ -133,8 +135,8 @@ class RollingSlots:
                 instance, deps = self.derived(board_type, window, cur)
                 counted.append(instance)
             else:
-                closed = period.start_ms < cur.start_ms and results_of(board_type, window)
-                counted.append(self.period_instance(board_type, window, period, DELTA, sealable=closed))
+                sealable = results_of(board_type, window)
+                counted.append(self.period_instance(board_type, window, period, DELTA, sealable=sealable))
         following = self.shift(window, cur, 1)
         # the walk that prepares the next period carries what it wrote: now, and in the next bucket
         dues: tuple[Period, ...] = (cur, following) if reach else ()
@@ -171,7 +173,9 @@ class RollingSlots:
         cur = self.bucket_at(window, now)
         results = results_of(board_type, window)
         periods = [
-            self.period_instance(board_type, window, p, DELTA, sealable=results and p.start_ms < cur.start_ms)
+            self.period_instance(
+                board_type, window, p, DELTA, sealable=results and p.start_ms <= cur.start_ms
+            )
             for p in self.taking(board_type, window, cur, now)
         ]
         return periods + self.live_buckets(board_type, window, now, latest)

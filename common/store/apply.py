@@ -93,8 +93,8 @@ class Instance(NamedTuple):
     expire_at_ms: int  # 0 = never
     packing: Packing | None = None  # a packed window (common/store/packing.py)
     rolling: Rolling | None = None  # an instance of a rolling window
-    # a closed period (within its late grace) whose result is emitted (worker/results.py): the
-    # script reads its INST.PREP marker and leaves it alone once its result is sealed
+    # a period whose result is emitted (worker/results.py): the script reads its INST.PREP
+    # marker (one GET per call) and leaves it alone once its result is sealed
     sealable: bool = False
 
 

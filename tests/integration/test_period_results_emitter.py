@@ -8,6 +8,9 @@ lists what was published, and `--republish` sends the same record again on purpo
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import time
 from collections.abc import Callable, Iterator
 from datetime import datetime
 from zoneinfo import ZoneInfo
@@ -24,7 +27,8 @@ from common.settings import Settings
 from common.store import periodmark
 from common.store.keys import BoardKeys, results_due, results_emitter
 from rankstream.periods import closed_periods, republish
-from rankstream.topics import ensure_topics
+from rankstream.topics import RESULTS_PARTITIONS, ensure_topics
+from tests.helpers import wait_for, worker_env
 from worker.apply import Applier
 from worker.main import results_emitter as make_emitter
 from worker.results import ResultEmitter
@@ -63,7 +67,7 @@ class Clock:
 
 
 def ev(n: int, member: str, score: float, ts: int, board: str = "gift:r1") -> tuple[UpdateEvent, int]:
-    return UpdateEvent(f"e{n}", board, board.split(":")[0], member, Op.INCR, score, ts, None), ts
+    return UpdateEvent(f"e{n}", board, board.split(":", 1)[0], member, Op.INCR, score, ts, None), ts
 
 
 @pytest.fixture
@@ -72,6 +76,7 @@ def setup(make_settings: Callable[..., Settings], tmp_path) -> Iterator[tuple[Se
     path.write_text(CONFIG)
     settings = make_settings(boards=path)
     ensure_topics(settings)
+    wait_for(lambda: leaders_known(settings), 30, "the results topic's partition leaders")
     client = redis.Redis.from_url(settings.redis_url.get_secret_value())
     yield settings, client
     keys = list(client.scan_iter(match=f"{settings.key_prefix}*", count=1000))
@@ -84,6 +89,19 @@ def emitter(settings: Settings, client: redis.Redis, clock: Clock, owner: str) -
     return make_emitter(settings, client, parse_boards(CONFIG), owner, clock=clock, metrics=None)
 
 
+def step(emitter: ResultEmitter) -> int:
+    """One pass, retried as ResultsThread retries it while Kafka is not ready (a new topic's
+    leaders, a coordinator loading): what it settled in the pass that went through."""
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            return emitter.step()
+        except KafkaException:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
 def records(settings: Settings) -> list[tuple[str, dict[str, object], int]]:
     """(key, value, partition) of every committed record in the results topic."""
     reader = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": "check",
@@ -92,15 +110,31 @@ def records(settings: Settings) -> list[tuple[str, dict[str, object], int]]:
         meta = reader.list_topics(settings.topic_results, timeout=10).topics[settings.topic_results]
         parts = [TopicPartition(settings.topic_results, p, 0) for p in meta.partitions]
         reader.assign(parts)
-        out, ended = [], set()
+        out: list[tuple[str, dict[str, object], int]] = []
+        ended: set[int | None] = set()
         while len(ended) < len(parts):
             msg = reader.poll(10)
             assert msg is not None, "the results topic did not reach its end"
             if msg.error() is not None:
                 ended.add(msg.partition())
                 continue
-            out.append((msg.key().decode(), orjson.loads(msg.value()), msg.partition()))
+            out.append(
+                (bytes(msg.key() or b"").decode(), orjson.loads(msg.value() or b""), msg.partition() or 0)
+            )
         return out
+    finally:
+        reader.close()
+
+
+def leaders_known(settings: Settings) -> bool:
+    reader = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": "check"})
+    try:
+        for partition in range(RESULTS_PARTITIONS):
+            reader.get_watermark_offsets(TopicPartition(settings.topic_results, partition), 5)
+    except KafkaException:
+        return False
+    else:
+        return True
     finally:
         reader.close()
 
@@ -138,10 +172,10 @@ def test_one_record_per_period_and_none_for_undeclared(setup):
     fill(settings, client, clock)
     first = emitter(settings, client, clock, "w1")
     clock.now = DUE - 1
-    assert first.step() == 0 and records(settings) == []  # not due yet
+    assert step(first) == 0 and records(settings) == []  # not due yet
     clock.now = DUE
-    assert first.step() == 1
-    assert first.step() == 0  # settled: nothing due
+    assert step(first) == 1
+    assert step(first) == 0  # settled: nothing due
     (got,) = records(settings)
     assert got[0] == KEY
     assert got[1] == {
@@ -164,7 +198,7 @@ def test_one_record_per_period_and_none_for_undeclared(setup):
 def _after_commit_before_sent(settings: Settings, client: redis.Redis, clock: Clock) -> None:
     """A leader that died after committing the record, before marking it sent."""
     dead = emitter(settings, client, clock, "dead")
-    assert dead.step() == 1
+    assert step(dead) == 1
     keys = BoardKeys(settings.key_prefix, "gift:r1")
     sent = periodmark.read_mark(client, keys, "hour:2027-03-01T10")
     client.set(keys.prepared("hour:2027-03-01T10"), periodmark.sending(sent.partition, sent.offset))
@@ -186,7 +220,7 @@ def test_a_successor_sends_what_its_predecessor_did_not_and_nothing_it_did(setup
     death(settings, client, clock)
     client.delete(results_emitter(settings.key_prefix))  # its lease lapsed
     successor = emitter(settings, client, clock, "w2")
-    assert successor.step() == 1
+    assert step(successor) == 1
     assert [k for k, _, _ in records(settings)] == [KEY]
     keys = BoardKeys(settings.key_prefix, "gift:r1")
     assert periodmark.read_mark(client, keys, "hour:2027-03-01T10").state == "sent"
@@ -198,15 +232,34 @@ def test_a_fenced_zombie_cannot_commit(setup):
     clock = Clock(HOUR_10 + 60_000)
     fill(settings, client, clock)
     zombie = emitter(settings, client, clock, "zombie")
-    assert zombie.step() == 0 and zombie.leading  # leads, nothing due yet
+    assert step(zombie) == 0 and zombie.leading  # leads, nothing due yet
     client.delete(results_emitter(settings.key_prefix))  # paused past its lease
     clock.now = DUE - 1
     successor = emitter(settings, client, clock, "w2")
-    assert successor.step() == 0 and successor.leading  # its init_transactions fenced the zombie...
+    assert step(successor) == 0 and successor.leading  # its init_transactions fenced the zombie...
     with pytest.raises(KafkaException):  # ...which seals, notes the offset, and can't commit
         zombie.emit(KEY, DUE)
     keys = BoardKeys(settings.key_prefix, "gift:r1")
     assert periodmark.read_mark(client, keys, "hour:2027-03-01T10").state == "sending"
     clock.now = DUE
-    assert successor.step() == 1  # finds no committed record from the zombie: sends it
+    assert step(successor) == 1  # finds no committed record from the zombie: sends it
     assert [k for k, _, _ in records(settings)] == [KEY]
+
+
+def test_the_periods_command_refuses_what_it_cannot_do(setup):
+    """One line and a non-zero exit: a type without period_results (2), a result not yet
+    published (1, nothing produced)."""
+    settings, client = setup
+    fill(settings, client, Clock(HOUR_10 + 60_000))
+    env = worker_env(settings)
+    cli = [sys.executable, "-m", "rankstream.cli", "periods"]
+    plain = subprocess.run(
+        [*cli, "plain:x"], env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert plain.returncode == 2, plain.stderr
+    assert plain.stderr == "rankstream: board type 'plain' declares no period_results: it emits no results\n"
+    early = subprocess.run([*cli, "gift:r1", "--republish", "2027-03-01T10"], env=env, capture_output=True,
+                           text=True, timeout=60, check=False)  # fmt: skip
+    assert early.returncode == 1, early.stderr
+    assert "is not published (none)" in early.stderr and "nothing republished" in early.stderr
+    assert records(settings) == []

@@ -15,6 +15,7 @@ from common.boards import (
     BoardType,
     HotBoard,
     Order,
+    PeriodResults,
     TieBreak,
     Window,
     WindowKind,
@@ -399,6 +400,49 @@ BAD_CONFIGS: list[tuple[str, str, str, str]] = [
         "types.gift.score_range",
         "window 'month' keeps 32 bits of tie time beside the score, which leaves [-2097152, 2097151]",
     ),
+    (
+        "results of an undeclared window",
+        "types: {gift: {windows: [total, day], period_results: {windows: [week]}}}",
+        "types.gift.period_results.windows[0]",
+        "window 'week' is not in this type's windows",
+    ),
+    (
+        "results of total",
+        "types: {gift: {windows: [total, day], period_results: {windows: [day, total]}}}",
+        "types.gift.period_results.windows[1]",
+        "window 'total' has no periods to close",
+    ),
+    (
+        "results of a window twice",
+        "types: {gift: {windows: [day], period_results: {windows: [day, day]}}}",
+        "types.gift.period_results.windows[1]",
+        "duplicate window 'day'",
+    ),
+    (
+        "results of no window",
+        "types: {gift: {windows: [day], period_results: {windows: []}}}",
+        "types.gift.period_results.windows",
+        "at least one window",
+    ),
+    (
+        "results top too large",
+        "types: {gift: {windows: [day], period_results: {windows: [day], top: 10001}}}",
+        "types.gift.period_results.top",
+        "10000",
+    ),
+    (
+        "results of a period gone at its close",
+        "types: {gift: {windows: [hour], retention: {hour: 1}, period_results: {windows: [hour]}}}",
+        "types.gift.period_results.windows[0]",
+        "keeps a closed period for 0 more period(s), not past its late_grace",
+    ),
+    (
+        "results of a period gone before its grace ends",
+        "types: {gift: {windows: [last_3h], retention: {last_3h: 2}, late_grace: 1h,"
+        " period_results: {windows: [last_3h]}}}",
+        "types.gift.period_results.windows[0]",
+        "not past its late_grace: its result could not be read; raise its retention",
+    ),
 ]
 
 
@@ -416,6 +460,19 @@ BAD_CONFIGS: list[tuple[str, str, str, str]] = [
 def test_declared_score_range_packs_the_windows_it_fits(config: str, packed: dict[str, int | None]) -> None:
     board_type = parse_boards(f"types: {{gift: {config}}}").types["gift"]
     assert {w.name: window_bits(board_type, w) for w in board_type.windows} == packed
+
+
+def test_period_results() -> None:
+    config = parse_boards(
+        "types: {gift: {windows: [total, hour, 30min, last_7d, season], seasons: {every_days: 7, anchor: "
+        "2026-01-05}, period_results: {windows: [hour, 30min, last_7d, season], top: 10000}}, plain: {}}"
+    )
+    results = config.types["gift"].results
+    assert results is not None
+    assert (results.windows, results.top) == (frozenset({"hour", "30min", "last_7d", "season"}), 10_000)
+    assert config.types["plain"].results is None
+    default_top = parse_boards("types: {gift: {windows: [day], period_results: {windows: [day]}}}")
+    assert default_top.types["gift"].results == PeriodResults(frozenset({"day"}), 100)
 
 
 def test_declared_score_range_is_kept() -> None:

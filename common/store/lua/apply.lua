@@ -352,8 +352,8 @@ for i = 1, W do
   if roles[i] ~= 'z' then any_rolling = true end
   if roles[i] == 'f' then started[i] = redis.call('EXISTS', ikey(i, INST.PREP)) == 1 end
   if roles[i] == 'b' then bucket_list[#bucket_list + 1] = i end
-  -- a closed period whose result is sealed (sealed, sending or sent: worker/results.py) is
-  -- final: events within the late grace by their worker's clock no longer change it
+  -- a period whose result is sealed (sealed, sending, sent or stale: worker/results.py) is
+  -- final: events the worker's clock still lets in (within the late grace) no longer change it
   if ARGV[at + IA.SEAL] == '1' then
     local mark = redis.call('GET', ikey(i, INST.PREP))
     sealed[i] = mark and string.byte(mark, 1) == 115 or false  -- 's'
