@@ -99,7 +99,8 @@ class Outcome(NamedTuple):  # one per event: a tuple is the cheapest immutable r
     seq: int
     # instance -> state after the event (None: absent); only filled for hot boards
     states: dict[str, MemberState | None]
-    late_windows: int  # calendar windows skipped because their period closed beyond late_grace
+    # windows skipped because their period closed beyond late_grace, or its result was sealed
+    late_windows: int
     meta: bytes | None = None  # the member's meta after the event; only filled for hot boards
     failed_as: str | None = None  # FAILED: the error class its first delivery raised
     # a RESET on a hot board: instance -> the seq of its latest reset (this one, or for a
@@ -635,6 +636,15 @@ def _decode(chunk: _Chunk, want: bool, reply: ApplyReply | Exception, epoch: str
                        "instances": len(chunk.instances), "seq": got.seq},
             )  # fmt: skip
         outcomes.append(
-            Outcome(entry.event, got.status, got.seq, states, entry.late, got.meta, got.failed_as, resets)
+            Outcome(
+                entry.event,
+                got.status,
+                got.seq,
+                states,
+                entry.late + got.sealed,
+                got.meta,
+                got.failed_as,
+                resets,
+            )
         )
     return outcomes

@@ -130,6 +130,7 @@ class EventReply(NamedTuple):  # one per event
     meta: bytes | None  # want_state: the member's meta after the event
     # want_state, a reset: per instance the seq of its latest reset (0: none it remembers)
     resets: tuple[int, ...] = ()
+    sealed: int = 0  # instances of its mask it skipped, their period's result sealed (late)
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,12 +240,17 @@ class ApplyScript:
             return ForeignEpoch(text(reply[1]))
         out: list[EventReply] = []
         pos = 0
+        sealable = any(inst.sealable for inst in req.instances)
         for ev in req.events:
             status, seq = Status(int(reply[pos])), int(reply[pos + 1])
             pos += 2
             failed_as = None
             if status is Status.FAILED:
                 failed_as = text(reply[pos])
+                pos += 1
+            sealed = 0
+            if sealable:
+                sealed = int(reply[pos])
                 pos += 1
             states: tuple[MemberState | None, ...] = ()
             resets: tuple[int, ...] = ()
@@ -261,7 +267,7 @@ class ApplyScript:
                     )
                 meta = reply[pos + n] or None
                 pos += n + 1
-            out.append(EventReply(status, seq, failed_as, states, meta, resets))
+            out.append(EventReply(status, seq, failed_as, states, meta, resets, sealed))
         return out
 
     def run_many(self, client: redis.Redis, reqs: Sequence[ApplyRequest]) -> list[ApplyReply | Exception]:

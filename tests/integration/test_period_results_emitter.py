@@ -155,10 +155,12 @@ def test_a_sealed_period_takes_no_more_late_events(setup):
     assert due == [(KEY.encode(), float(DUE))], "one period of one declared window, due after its grace"
 
     clock.now = HOUR_11 + GRACE - 1  # the worker still takes late events for hour 10
-    applier.apply([ev(6, "d", 10, HOUR_10 + 9)])  # counts: d 11
+    (counted,) = applier.apply([ev(6, "d", 10, HOUR_10 + 9)])  # counts: d 11
+    assert counted.late_windows == 0
     keys = BoardKeys(settings.key_prefix, "gift:r1")
     assert periodmark.seal(client, keys, "hour:2027-03-01T10", DUE + 3_600_000).state == "sealed"
-    applier.apply([ev(7, "a", 100, HOUR_10 + 10)])  # by the worker's clock in grace; sealed: ignored
+    (ignored,) = applier.apply([ev(7, "a", 100, HOUR_10 + 10)])  # in grace by the worker's clock
+    assert ignored.late_windows == 1  # sealed: hour 10 ignores it (counted late), day and total take it
     rank = f"{settings.key_prefix}{{gift:r1}}:z:hour:2027-03-01T10"
     members = {m.decode()[-1:]: s for m, s in client.zrange(rank, 0, -1, withscores=True)}
     assert members == {"a": 4, "b": 9, "c": 9, "d": 11}

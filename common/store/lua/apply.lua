@@ -342,7 +342,7 @@ for k, src in ipairs(sources) do
   end
   src.changed = false
 end
-local expires, any_rolling, sealed, any_sealed = {}, false, {}, false
+local expires, any_rolling, sealed, any_sealed, sealable = {}, false, {}, false, false
 for i = 1, W do
   expires[i] = ARGV[at + IA.EXPIRE]
   packings[i] = ENC.packing(tonumber(ARGV[at + IA.BITS]), tonumber(ARGV[at + IA.BASE]), mode)
@@ -355,6 +355,7 @@ for i = 1, W do
   -- a period whose result is sealed (sealed, sending, sent or stale: worker/results.py) is
   -- final: events the worker's clock still lets in (within the late grace) no longer change it
   if ARGV[at + IA.SEAL] == '1' then
+    sealable = true
     local mark = redis.call('GET', ikey(i, INST.PREP))
     sealed[i] = mark and string.byte(mark, 1) == 115 or false  -- 's'
     if sealed[i] then any_sealed = true end
@@ -655,6 +656,13 @@ for _, ev in ipairs(events) do
   out[#out + 1] = status
   out[#out + 1] = seq
   if status == ST.FAILED then out[#out + 1] = failed_as end
+  if sealable then  -- how many sealed instances the applied event skipped: late, to the worker
+    local skipped = 0
+    if status == ST.APPLIED and any_sealed then
+      for _, i in ipairs(inst) do if sealed[i] then skipped = skipped + 1 end end
+    end
+    out[#out + 1] = skipped
+  end
   if want_state then
     for _, i in ipairs(inst) do
       if op == 'reset' then  -- the seq of the instance's latest reset ('': none remembered)
