@@ -49,7 +49,7 @@ class NotAppliedError(RankstreamError):
 
 def erase(settings: Settings, board: str, member: str, wait_s: float | None) -> str:
     """Erase `member` from `board`; the line to print. `wait_s` None: don't wait for the worker."""
-    _board_type(load_boards(settings.boards), board)
+    board_type_of(load_boards(settings.boards), board)
     _checked(check_member, member)
     message = control_message(Op.ERASE, board, member=member)
     return _send(settings, board, message, f"erased {member!r} from {board}", wait_s=wait_s)
@@ -60,7 +60,7 @@ def reset(
 ) -> str:
     """Empty `board`, one window of it, or one period; the line to print."""
     boards = load_boards(settings.boards)
-    board_type = _board_type(boards, board)
+    board_type = board_type_of(boards, board)
     selector = _checked(reset_selector, boards, board_type, window, period)
     window, period = parse_selector(selector)  # the period's canonical id
     message = control_message(Op.RESET, board, window=window, period=period)
@@ -73,7 +73,8 @@ def reset(
     return _send(settings, board, message, what, wait_s=wait_s)
 
 
-def _board_type(boards: BoardsConfig, board: str) -> BoardType:
+def board_type_of(boards: BoardsConfig, board: str) -> BoardType:
+    """The board's type; a malformed id or an unknown type is a UsageError (exit 2)."""
     return _checked(check_board, boards, board)
 
 

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 import redis
 from confluent_kafka import KafkaError, Message
 
-from common.boards import BoardsConfig, BoardType, Window, load_boards, split_board
+from common.boards import BoardsConfig, BoardType, Window, load_boards
 from common.clients import kafka_producer, redis_client
 from common.errors import ConfigError, InfrastructureError, RankstreamError
 from common.periods import Period, parse_period, recent_periods
@@ -24,6 +24,7 @@ from common.results import MAX_RESULT_BYTES, read_result, result_key
 from common.settings import Settings
 from common.store import periodmark
 from common.store.keys import BoardKeys, results_due, window_instance
+from rankstream.admin import board_type_of
 from rankstream.show import table
 
 DELIVERY_TIMEOUT_S = 30.0
@@ -36,16 +37,6 @@ class Closed:
     period: Period
     state: str  # published | publishing | sealed | pending | stale
     detail: str
-
-
-def _board_type(boards: BoardsConfig, board: str) -> BoardType:
-    parts = split_board(board)
-    if parts is None:
-        raise ConfigError(f"invalid board id {board!r} (expected <type> or <type>:<scope>)")
-    board_type = boards.type_for(parts[0])
-    if board_type is None:
-        raise ConfigError(f"board type {parts[0]!r} is not configured")
-    return board_type
 
 
 def _declared(board_type: BoardType, window: str | None) -> list[Window]:
@@ -70,7 +61,7 @@ def closed_periods(
     """Newest first per window: every closed period Redis still keeps that has a result (an
     event counted in it), and its result's state."""
     boards = load_boards(settings.boards)
-    board_type = _board_type(boards, board)
+    board_type = board_type_of(boards, board)
     now = time.time_ns() // 1_000_000 if now_ms is None else now_ms
     keys = BoardKeys(settings.key_prefix, board)
     out: list[Closed] = []
@@ -128,7 +119,7 @@ def _find_window(board_type: BoardType, period: str, window: str | None, tz_boar
 def republish(settings: Settings, board: str, period: str, window: str | None = None) -> str:
     """Produce the period's published result again (same key, partition and seq)."""
     boards = load_boards(settings.boards)
-    board_type = _board_type(boards, board)
+    board_type = board_type_of(boards, board)
     win = _find_window(board_type, period, window, boards)
     named = parse_period(win, period, boards.timezone)
     client = redis_client(settings)

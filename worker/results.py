@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -44,6 +43,7 @@ from common.store import periodmark
 from common.store.encoding import text
 from common.store.keys import BoardKeys, results_due, results_emitter, window_instance
 from worker.metrics import WorkerMetrics
+from worker.passes import PassThread
 
 _log = logging.getLogger(__name__)
 LEASE_MS = 15_000
@@ -313,33 +313,22 @@ class ResultEmitter:
             self.metrics.results.labels(outcome=outcome).inc()
 
 
-class ResultsThread:
-    """Runs the emitter beside the worker loop: a pass every `interval_s`."""
+class ResultsThread(PassThread):
+    """Runs the emitter beside the worker loop: a pass every `interval_s`, the next at once while
+    a pass settled a whole BATCH; the lease given back on stop."""
 
     def __init__(self, emitter: ResultEmitter, interval_s: float = 1.0) -> None:
         self.emitter = emitter
-        self._interval = interval_s
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="period-results", daemon=True)
 
-    def start(self) -> None:
-        self._thread.start()
+        def failed() -> None:
+            if emitter.metrics is not None:
+                emitter.metrics.results_failures.inc()
 
-    def stop(self, timeout: float = 10.0) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout)
-        if not self._thread.is_alive():
+        super().__init__("period-results", lambda: emitter.step() >= BATCH, failed, interval_s)
+
+    def stop(self, timeout: float = 10.0) -> bool:
+        stopped = super().stop(timeout)
+        if stopped:
             with contextlib.suppress(redis.RedisError):  # else the lease lapses by itself
                 self.emitter.close()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                while self.emitter.step() >= BATCH and not self._stop.is_set():
-                    pass  # a backlog: the next batch at once
-            except Exception as exc:  # noqa: BLE001 - Redis or Kafka away: the next pass retries
-                _log.warning("emitting period results failed, retrying", extra={"error": repr(exc)})
-                if self.emitter.metrics is not None:
-                    self.emitter.metrics.results_failures.inc()
-            self._stop.wait(self._interval)
+        return stopped

@@ -27,7 +27,6 @@ catch-up heals it)."""
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -52,6 +51,7 @@ from common.store.keys import (
     window_instance,
 )
 from worker.metrics import WorkerMetrics
+from worker.passes import PassThread
 from worker.publisher import CachePublisher
 from worker.rolling_slots import RollingSlots, unit_window
 
@@ -341,30 +341,19 @@ def _pages(items: Iterable[T], size: int) -> Iterator[list[T]]:
         yield page
 
 
-class PreparerThread:
+class PreparerThread(PassThread):
     """Runs the preparer beside the worker loop: a pass every `interval_s` (sooner never: a
     pass walks only what is due and not done)."""
 
     def __init__(self, preparer: RollingPreparer, interval_s: float = 1.0) -> None:
         self.preparer = preparer
-        self._interval = interval_s
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="rolling-preparer", daemon=True)
 
-    def start(self) -> None:
-        self._thread.start()
+        def failed() -> None:
+            if preparer.metrics is not None:
+                preparer.metrics.rolling_failures.inc()
 
-    def stop(self, timeout: float = 10.0) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout)
+        def once() -> bool:
+            preparer.step()
+            return False  # the next pass a whole interval later
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.preparer.step()
-            except Exception as exc:  # noqa: BLE001 - Redis or Kafka away: the next pass retries
-                _log.warning("rolling preparation failed, retrying", extra={"error": repr(exc)})
-                if self.preparer.metrics is not None:
-                    self.preparer.metrics.rolling_failures.inc()
-            self._stop.wait(self._interval)
+        super().__init__("rolling-preparer", once, failed, interval_s)
