@@ -3,7 +3,8 @@ and whether each result was published; `--republish P` re-emits one on purpose.
 
 A republished record is the first one again: the same key (so a consumer that compacts the topic,
 or dedupes by key, keeps one), the same partition, the same seq; its top is read from Redis again
-(the period is sealed, so only an erase since can change it). It carries the header
+(the period is sealed, so its members, scores and ranks change only by an erase since; each
+member's meta is its current one, latest wins, as every read returns it). It carries the header
 `rankstream-republished: 1`. Only a published result can be republished: one not yet sent will be,
 by the workers, once it is due."""
 
