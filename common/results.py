@@ -26,8 +26,9 @@ from common.store.keys import BoardKeys, window_instance
 # refused by the seal, apply.lua), and the period's last batch is in.
 RESULT_SETTLE_MS = 5_000
 # Members per top.lua call while a result is read: each call stays under a millisecond of Redis
-# time on a million-member board (bench/results.py), so reading a 10,000-member top blocks nobody.
-RESULT_PAGE = 500
+# time on a million-member board, even with 1 KiB metas (bench/results.py: ~1.5 us a member, 3.2
+# with such metas; 500 a page took up to 1.4 ms), so reading a 10,000-member top blocks nobody.
+RESULT_PAGE = 200
 # A record holds up to 10,000 members with their metas (<= 1 KiB each): ~11 MiB at most. The topic
 # (rankstream/topics.py) and the worker's results producer, which compresses, allow this much.
 MAX_RESULT_BYTES = 16 * 1024 * 1024
