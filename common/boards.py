@@ -71,6 +71,11 @@ MAX_LATE_GRACE_MS = 366 * 86_400_000
 # when the declaration does not say
 MAX_RESULT_TOP = 10_000
 DEFAULT_RESULT_TOP = 100
+# A result is due this long after its period's late grace ends (common/results.py): a worker whose
+# clock trails the emitter's by less still counts its late events before the result is sealed (a
+# later one is refused by the seal, apply.lua), and the period's last batch is in.
+RESULT_SETTLE_MS = 5_000
+RESULT_MARGIN_MS = 60_000  # and a period is kept at least this long after its result is due
 _EXACT_INTEGER = 2**53 - 1  # common/store/encoding.py EXACT_MAX (which imports this module)
 
 
@@ -457,11 +462,11 @@ def _results(
         if name in model.windows[:index]:
             raise _InvalidConfigError(where, f"duplicate window {name!r}")
         kept_after_ms = (retention[name] - 1) * _shortest_period_ms(window)
-        if kept_after_ms <= grace_ms:
+        if kept_after_ms <= grace_ms + RESULT_SETTLE_MS + RESULT_MARGIN_MS:
             raise _InvalidConfigError(
                 where,
                 f"window {name!r} keeps a closed period for {retention[name] - 1} more period(s), not "
-                "past its late_grace: its result could not be read; raise its retention",
+                "a minute past its late_grace: its result could not be read; raise its retention",
             )
     return PeriodResults(frozenset(model.windows), model.top)
 

@@ -15,16 +15,12 @@ from typing import Any
 import orjson
 import redis
 
-from common.boards import BoardType, Order, Window
+from common.boards import RESULT_SETTLE_MS, BoardType, Order, Window
 from common.periods import Period
 from common.store import reads
 from common.store.encoding import tie_mode, window_packing
 from common.store.keys import BoardKeys, window_instance
 
-# A result is due this long after its period's late grace ends: a worker whose clock trails the
-# emitter's by less still counts its late events before the result is sealed (a later one is
-# refused by the seal, apply.lua), and the period's last batch is in.
-RESULT_SETTLE_MS = 5_000
 # Members per top.lua call while a result is read: each call stays under a millisecond of Redis
 # time on a million-member board, even with 1 KiB metas (bench/results.py: ~1.5 us a member, 3.2
 # with such metas; 500 a page took up to 1.4 ms), so reading a 10,000-member top blocks nobody.

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from common.errors import ConfigError, RankstreamError, StackError
+from common.errors import ConfigError, InfrastructureError, RankstreamError, StackError
 from common.logs import setup_logging
 from common.settings import Settings, load_settings
 from rankstream.show import ApiAnswerError
@@ -115,12 +115,18 @@ def _reset(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _periods(args: argparse.Namespace, settings: Settings) -> int:
+    import redis
+    from confluent_kafka import KafkaException
+
     from rankstream.periods import republish, show_periods
 
-    if args.republish is None:
-        print(show_periods(settings, args.board, args.window))
-    else:
-        print(republish(settings, args.board, args.republish, args.window))
+    try:
+        if args.republish is None:
+            print(show_periods(settings, args.board, args.window))
+        else:
+            print(republish(settings, args.board, args.republish, args.window))
+    except (redis.RedisError, KafkaException) as exc:
+        raise InfrastructureError(f"rankstream periods: {exc}") from None
     return 0
 
 

@@ -36,7 +36,7 @@ HEADER = ("rankstream-republished", b"1")
 class Closed:
     window: str
     period: Period
-    state: str  # published | publishing | sealed | pending | stale
+    state: str  # published | publishing | sealed | pending
     detail: str
 
 
@@ -86,8 +86,6 @@ def _state(mark: periodmark.Mark, due: float | None) -> tuple[str, str]:
         return "publishing", "being produced (a worker that took over checks the topic first)"
     if mark.state == "sealed":
         return "sealed", "final; being read"
-    if mark.state == "stale":
-        return "stale", "expired before a worker could read it: never published"
     return "pending", f"due at {_iso(int(due or 0))}"
 
 

@@ -226,6 +226,7 @@ def results_emitter(
             "enable.idempotence": True,
             "acks": "all",
             "message.max.bytes": MAX_RESULT_BYTES + 65_536,  # a record's framing beyond it
+            "allow.auto.create.topics": False,  # `rankstream topics` makes it, with its config
         },
         defaults={"compression.type": "zstd", "linger.ms": 0, "transaction.timeout.ms": 60_000},
     )
@@ -238,6 +239,7 @@ def results_emitter(
             "isolation.level": "read_committed",
             "enable.partition.eof": True,
             "fetch.max.bytes": MAX_RESULT_BYTES * 2,
+            "allow.auto.create.topics": False,
         },
     )
     return ResultEmitter(

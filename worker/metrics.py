@@ -66,7 +66,7 @@ class WorkerMetrics:
         self.results = Counter(
             "rankstream_worker_period_results",
             "Period results this worker handled (worker/results.py): sent, found (a predecessor's, "
-            "already in the topic), stale (expired before it could be read)",
+            "already in the topic), expired (its period expired before it was sent: no record)",
             ["outcome"],
             registry=r,
         )

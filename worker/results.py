@@ -17,10 +17,13 @@ period of a declared window an event counts in). For each one due, in order:
 A holder that finds `sending` (its predecessor died between 3 and 4) reads that partition from the
 noted offset, read_committed, after its own init_transactions fenced the predecessor: if the key
 is there, the result went out; if not, it did not (an aborted record is never read) and it is sent
-now. Every marker move is a compare-and-set. So never twice (a key's one committed record is found
-or made, once) and never zero (a period stays due until its commit is marked, and the lease passes
-on when its holder dies). A period that expired before anyone could read it is marked `stale`,
-logged and counted (only a worker outage longer than its retention does that)."""
+now, under the same noted offset: a noted offset never moves, so whoever checks the log later still
+starts before every attempt. Every marker move is a compare-and-set, and a period leaves the due
+set only once its marker says `sent`. So never twice (a key's one committed record is found or
+made, once) and never zero (a period stays due until its commit is marked, and the lease passes on
+when its holder dies). A period that expired before anyone sent its result is logged and counted
+(only a worker outage longer than its retention does that). A period this worker can't emit (its
+config does not declare it, or Kafka refuses its record) is retried alone a minute later."""
 
 from __future__ import annotations
 
@@ -39,9 +42,10 @@ from common.clock import Clock
 from common.errors import InfrastructureError
 from common.periods import Period, expire_at_ms, parse_period
 from common.results import MAX_RESULT_BYTES, PeriodResult, read_result, split_result_key
-from common.store import periodmark
+from common.store import lease, periodmark
 from common.store.encoding import text
 from common.store.keys import BoardKeys, results_due, results_emitter, window_instance
+from worker.faults import is_infrastructure
 from worker.metrics import WorkerMetrics
 from worker.passes import PassThread
 
@@ -49,6 +53,7 @@ _log = logging.getLogger(__name__)
 LEASE_MS = 15_000
 BATCH = 100  # due periods read per pass: at most this many records per transaction
 KAFKA_TIMEOUT_S = 30.0
+RETRY_MS = 60_000  # a period this worker can't emit now is due again this much later
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,9 +129,9 @@ class ResultEmitter:
         )  # type: ignore[assignment]
         settled = self.settled
         batch: list[_Pending] = []
-        ends: dict[int, int] = {}  # partition -> its end offset, asked once per pass
+        ends: dict[int, int] = {}  # partition -> its end offset, asked once per transaction
         for raw in due:
-            pending = self._prepare(text(raw), now, ends)
+            pending = self._isolated(text(raw), now, ends)
             if pending is not None:
                 batch.append(pending)
             if sum(len(p.value) for p in batch) >= MAX_RESULT_BYTES:
@@ -148,9 +153,7 @@ class ResultEmitter:
         """Give the lease back (the next holder's init_transactions would fence us anyway)."""
         if self._producer is not None:
             self._drop()
-            key = results_emitter(self._prefix)
-            if text(self._client.get(key) or b"") == self._owner:
-                self._client.delete(key)
+            lease.release(self._client, results_emitter(self._prefix), self._owner)
 
     def _drop(self) -> None:
         self._producer = None
@@ -160,11 +163,7 @@ class ResultEmitter:
 
     def _lead(self) -> bool:
         """Take or renew the lease; on taking it, fence every previous holder's producer."""
-        key = results_emitter(self._prefix)
-        mine = bool(self._client.set(key, self._owner, nx=True, px=LEASE_MS))
-        if not mine and text(self._client.get(key) or b"") == self._owner:
-            mine = bool(self._client.set(key, self._owner, xx=True, px=LEASE_MS))
-        if not mine:
+        if not lease.hold(self._client, results_emitter(self._prefix), self._owner, LEASE_MS):
             self._drop()
             return False
         if self._producer is None:
@@ -180,7 +179,7 @@ class ResultEmitter:
         return True
 
     def resolve(self, key: str) -> Due | None:
-        """The due period named `key`, or None if the config no longer emits its results."""
+        """The due period named `key`, or None if this worker's config does not emit it."""
         board, window_name, period_id = split_result_key(key)
         parts = split_board(board)
         board_type = None if parts is None else self._boards.type_for(parts[0])
@@ -195,35 +194,39 @@ class ResultEmitter:
         expire = expire_at_ms(window, period, board_type.retention[window_name], tz)
         return Due(key, board_type, BoardKeys(self._prefix, board), window, period, expire)
 
+    def _isolated(self, key: str, now: int, ends: dict[int, int]) -> _Pending | None:
+        """_prepare, a failure of this period's own (not Redis' nor Kafka's) postponed alone, so
+        one bad period never stalls the others."""
+        try:
+            return self._prepare(key, now, ends)
+        except Exception as exc:
+            if is_infrastructure(exc):
+                raise
+            _log.exception("a period result failed; retried later", extra={"result": key})
+            self._postpone(key, now)
+            return None
+
     def _prepare(self, key: str, now: int, ends: dict[int, int]) -> _Pending | None:
         """Steps 1 and 2 for one due period, and the first half of 3 (its marker says `sending`):
         what to produce, or None if it is settled already (or moved by another holder)."""
         due = self.resolve(key)
-        if due is None:
-            _log.warning("a due result no longer declared: dropped", extra={"result": key})
-            self._done(key)
+        if due is None:  # another worker's config declares it (a rolling deploy), or none does now
+            _log.warning("a due result this worker's config does not emit: postponed", extra={"result": key})
+            self._postpone(key, now)
             return None
         if now >= due.expire_ms:
-            self._stale(due)
+            self._expired(due)
             return None
         mark = periodmark.seal(self._client, due.keys, due.instance, due.expire_ms)
-        if mark.state in {"sent", "stale"}:
-            self._done(key)
+        if self._settled(due, mark):
             return None
-        if mark.state == "sending":
-            found = self._find(key, mark.partition, mark.offset)
-            if found is not None:
-                offset, seq = found
-                new = periodmark.sent(mark.partition, offset, seq, self._clock())
-                if self._swap(due, mark, new).raw == new:
-                    self._count("found")
-                    self._done(key)
-                return None
         board = due.keys.board
         result = read_result(
             self._client, self._prefix, due.board_type, board, window=due.window, period=due.period
         )
         partition = partition_for(due.key, self._partitions)
+        if mark.state == "sending":  # kept: a record since its offset (a live holder's) is found
+            return _Pending(due, mark, result, result.encode(), mark.partition)
         if partition not in ends:
             assert self._reader is not None
             tp = TopicPartition(self._topic, partition)
@@ -234,10 +237,61 @@ class ResultEmitter:
             return None
         return _Pending(due, claimed, result, result.encode(), partition)
 
+    def _settled(self, due: Due, mark: periodmark.Mark) -> bool:
+        """Is the result out already: marked sent, or `sending` and its record in the topic?"""
+        if mark.state == "sent":
+            self._done(due.key)
+            return True
+        if mark.state != "sending":
+            return False
+        found = self._find(due.key, mark.partition, mark.offset)
+        if found is None:
+            return False
+        offset, seq = found
+        new = periodmark.sent(mark.partition, offset, seq, self._clock())
+        if self._swap(due, mark, new).raw == new:
+            self._count("found")
+            self._done(due.key)
+        return True
+
     def _commit(self, batch: list[_Pending]) -> None:
-        """The second half of step 3, and step 4: one transaction for the batch's records."""
+        """The second half of step 3, and step 4: one transaction for the batch's records. If
+        Kafka refuses a record, each goes alone, and the one it refuses waits for a later pass."""
+        try:
+            self._transaction(batch)
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+            if err is None or err.fatal() or not err.txn_requires_abort():
+                self._drop()  # fenced, or in doubt: a fresh producer (and fence) next pass
+                raise
+            assert self._producer is not None
+            self._producer.abort_transaction(KAFKA_TIMEOUT_S)
+            if len(batch) == 1:
+                _log.error("Kafka refused a period result; retried later",
+                           extra={"result": batch[0].due.key, "error": err.str()})  # fmt: skip
+                self._postpone(batch[0].due.key, self._clock())
+                return
+            for pending in batch:
+                self._commit([pending])
+            return
+        emitted = self._clock()
+        for p in batch:
+            done = periodmark.sent(p.partition, max(p.offset, p.mark.offset), p.result.seq, emitted)
+            if self._swap(p.due, p.mark, done).raw != done:
+                # moved meanwhile (a successor found this record and marked it sent, or a holder
+                # fenced since); a later pass checks the log from the noted offset
+                continue
+            self._done(p.due.key)
+            self._count("sent")
+            self.sent += 1
+            _log.info("period result sent", extra={"result": p.due.key, "members": p.result.members})
+
+    def _transaction(self, batch: list[_Pending]) -> None:
         producer = self._producer
         assert producer is not None
+        if not lease.hold(self._client, results_emitter(self._prefix), self._owner, LEASE_MS):
+            self._drop()
+            raise InfrastructureError("the results lease passed to another worker mid-pass")
 
         def delivered(pending: _Pending) -> Callable[[KafkaError | None, Message], None]:
             def report(err: KafkaError | None, msg: Message) -> None:
@@ -246,24 +300,10 @@ class ResultEmitter:
 
             return report
 
-        try:
-            producer.begin_transaction()
-            for p in batch:
-                producer.produce(
-                    self._topic, p.value, p.due.key.encode(), p.partition, on_delivery=delivered(p)
-                )
-            producer.commit_transaction(KAFKA_TIMEOUT_S)
-        except KafkaException:
-            self._drop()  # fenced, or the transaction is in doubt: a fresh producer next pass
-            raise
-        emitted = self._clock()
+        producer.begin_transaction()
         for p in batch:
-            done = periodmark.sent(p.partition, max(p.offset, p.mark.offset), p.result.seq, emitted)
-            self._swap(p.due, p.mark, done)
-            self._done(p.due.key)
-            self._count("sent")
-            self.sent += 1
-            _log.info("period result sent", extra={"result": p.due.key, "members": p.result.members})
+            producer.produce(self._topic, p.value, p.due.key.encode(), p.partition, on_delivery=delivered(p))
+        producer.commit_transaction(KAFKA_TIMEOUT_S)
 
     def _swap(self, due: Due, mark: periodmark.Mark, new: str) -> periodmark.Mark:
         return periodmark.swap(self._client, due.keys, due.instance, mark, new, expire_ms=due.expire_ms)
@@ -293,16 +333,16 @@ class ResultEmitter:
         finally:
             reader.unassign()
 
-    def _stale(self, due: Due) -> None:
-        mark = periodmark.read_mark(self._client, due.keys, due.instance)
-        if mark.state != "sent":
-            _log.error(
-                "a period expired before its result could be read: none sent (its retention is "
-                "shorter than the workers' outage)",
-                extra={"result": due.key},
-            )
-            self._count("stale")
+    def _expired(self, due: Due) -> None:
+        """The period expired (retention) before its result was settled: every worker was down
+        that long. Its marker is gone with it: logged and counted, never sent."""
+        _log.error("a period expired before its result was sent (its retention is shorter than the "
+                   "workers' outage): no record", extra={"result": due.key})  # fmt: skip
+        self._count("expired")
         self._done(due.key)
+
+    def _postpone(self, key: str, now: int) -> None:
+        self._client.zadd(results_due(self._prefix), {key: now + RETRY_MS}, xx=True)
 
     def _done(self, key: str) -> None:
         self._client.zrem(results_due(self._prefix), key)

@@ -92,7 +92,7 @@ class RollingSlots:
     def derived(self, board_type: BoardType, window: Window, cur: Period) -> tuple[Instance, list[Instance]]:
         """Period cur+1, derived from cur: the instance and what it reads."""
         following = self.shift(window, cur, 1)
-        source = self.period_instance(board_type, window, cur, DELTA)
+        source = self.period_instance(board_type, window, cur, DELTA, sealable=results_of(board_type, window))
         leaving = self.bucket(board_type, window, self.shift(window, cur, 1 - window.count))
         entering = self.bucket(board_type, window, following)
         keep_from = self.shift(window, cur, 2 - window.count).start_ms  # N = 1: the following bucket

@@ -124,8 +124,7 @@ class EventReply(NamedTuple):  # one per event
     seq: int  # the board's seq after the event
     failed_as: str | None  # FAILED: the error class its first delivery raised
     # want_state: per instance of its mask, in bit order; UNREPORTED: a derived rolling period
-    # the event did not write (its preparation has not begun), or a period whose result was
-    # sealed: nothing to publish
+    # the event did not write (its preparation has not begun): nothing to publish
     states: tuple[MemberState | None, ...]
     meta: bytes | None  # want_state: the member's meta after the event
     # want_state, a reset: per instance the seq of its latest reset (0: none it remembers)

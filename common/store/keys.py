@@ -24,8 +24,8 @@ board lives in one Cluster slot and one script may touch all of it.
                                        (worker/rolling.py); "busy:<owner>" while a worker prepares
                                        it. Then its result's state (worker/results.py): "sealed"
                                        (events no longer change it), "sending:<partition>:<offset>",
-                                       "sent:<partition>:<offset>:<seq>:<closed_at>", or "stale"
-                                       (expired before it could be read); it expires with the period
+                                       or "sent:<partition>:<offset>:<seq>:<emitted at>"; it
+                                       expires with the period
     <prefix>{<board>}:r:<instance>     the board seq of the instance's latest reset (`rankstream
                                        reset`), expiring with it: what a redelivered reset
                                        re-publishes to update_cache

@@ -5,7 +5,7 @@
     sealed                         apply.lua leaves the period alone: the result is final
     sending:<partition>:<offset>   being produced; a record at or after that offset may be it
     sent:<partition>:<offset>:<seq>:<emitted ms>   produced and committed, at that offset
-    stale                          the period expired before its result could be read"""
+The marker expires with its period."""
 
 from __future__ import annotations
 
@@ -18,14 +18,13 @@ from common.store.keys import BoardKeys
 from common.store.scripts import load_script
 
 MARK_KEYS, MARK_ARGS = ("MARK",), ("OP", "EXPIRE", "EXPECTED", "NEW")
-SEALED, STALE = "sealed", "stale"
 _SCRIPT = load_script("periodmark", (("K", MARK_KEYS), ("A", MARK_ARGS)))
 
 
 @dataclass(frozen=True, slots=True)
 class Mark:
     raw: str  # as stored ('' = none)
-    state: str  # none | done | busy | sealed | sending | sent | stale
+    state: str  # none | done | busy | sealed | sending | sent
     partition: int = -1  # sending, sent: the record's partition
     offset: int = -1  # sending: where to look from; sent: the record's offset
     seq: int = 0  # sent: the record's seq
@@ -33,7 +32,7 @@ class Mark:
 
     @property
     def sealed(self) -> bool:
-        return self.state in {"sealed", "sending", "sent", "stale"}
+        return self.state in {"sealed", "sending", "sent"}
 
 
 def parse_mark(raw: str) -> Mark:

@@ -20,11 +20,12 @@ import pytest
 import redis
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-from common.boards import parse_boards
+from common.boards import RESULT_SETTLE_MS, parse_boards
 from common.events import Op, UpdateEvent
-from common.results import RESULT_SETTLE_MS, result_key
+from common.results import result_key
 from common.settings import Settings
 from common.store import periodmark
+from common.store.encoding import Status
 from common.store.keys import BoardKeys, results_due, results_emitter
 from rankstream.periods import closed_periods, republish
 from rankstream.topics import RESULTS_PARTITIONS, ensure_topics
@@ -45,6 +46,12 @@ types:
     period_results: {windows: [hour], top: 3}
   plain:
     windows: [total, hour]
+  capped:
+    windows: [total, hour]
+    score_range: [0, 100]
+    period_results: {windows: [hour]}
+hot:
+  - {board: "gift:hot", windows: [total, hour]}
 """
 
 
@@ -235,17 +242,45 @@ def test_a_fenced_zombie_cannot_commit(setup):
     fill(settings, client, clock)
     zombie = emitter(settings, client, clock, "zombie")
     assert step(zombie) == 0 and zombie.leading  # leads, nothing due yet
-    client.delete(results_emitter(settings.key_prefix))  # paused past its lease
+    lease_key = results_emitter(settings.key_prefix)
+    client.delete(lease_key)  # paused past its lease
     clock.now = DUE - 1
     successor = emitter(settings, client, clock, "w2")
     assert step(successor) == 0 and successor.leading  # its init_transactions fenced the zombie...
-    with pytest.raises(KafkaException):  # ...which seals, notes the offset, and can't commit
+    client.set(lease_key, "zombie")  # ...which wakes while the lease is free again and takes it,
+    with pytest.raises(KafkaException):  # seals, notes the offset, and can't commit
         zombie.emit(KEY, DUE)
     keys = BoardKeys(settings.key_prefix, "gift:r1")
-    assert periodmark.read_mark(client, keys, "hour:2027-03-01T10").state == "sending"
+    noted = periodmark.read_mark(client, keys, "hour:2027-03-01T10")
+    assert noted.state == "sending"
+    client.set(lease_key, "w2")
     clock.now = DUE
     assert step(successor) == 1  # finds no committed record from the zombie: sends it
-    assert [k for k, _, _ in records(settings)] == [KEY]
+    ((key, _, partition),) = records(settings)
+    assert (key, partition) == (KEY, noted.partition)
+    sent = periodmark.read_mark(client, keys, "hour:2027-03-01T10")
+    assert sent.state == "sent" and sent.offset >= noted.offset  # sent under the noted offset
+
+
+def test_refused_events_make_no_result_due_and_a_sealed_period_still_reports_its_state(setup):
+    """An event Redis refused (out of the declared range) registers nothing; on a hot board an
+    event that meets a sealed period (a redelivery, a producer retry) reports the period's final
+    state, so a worker that crashed before publishing it to update_cache publishes it then."""
+    settings, client = setup
+    clock = Clock(HOUR_10 + 60_000)
+    applier = Applier(client, parse_boards(CONFIG), settings.key_prefix, 3600, now_ms=clock, epoch="E")
+    (refused,) = applier.apply([ev(1, "a", 1000, HOUR_10 + 1, "capped:x")])
+    assert refused.status is Status.OUT_OF_RANGE
+    assert client.zcard(results_due(settings.key_prefix)) == 0
+    (first,) = applier.apply([ev(2, "a", 7, HOUR_10 + 2, "gift:hot")])
+    hot_key = result_key("gift:hot", "hour", "2027-03-01T10")
+    assert client.zrange(results_due(settings.key_prefix), 0, -1) == [hot_key.encode()]
+    periodmark.seal(client, BoardKeys(settings.key_prefix, "gift:hot"), "hour:2027-03-01T10", DUE + 3_600_000)
+    (again,) = applier.apply([ev(2, "a", 7, HOUR_10 + 2, "gift:hot")])
+    assert again.status is Status.DUPLICATE
+    assert again.states == first.states
+    state = again.states["hour:2027-03-01T10"]
+    assert state is not None and state.score == 7
 
 
 def test_the_periods_command_refuses_what_it_cannot_do(setup):

@@ -434,14 +434,21 @@ BAD_CONFIGS: list[tuple[str, str, str, str]] = [
         "results of a period gone at its close",
         "types: {gift: {windows: [hour], retention: {hour: 1}, period_results: {windows: [hour]}}}",
         "types.gift.period_results.windows[0]",
-        "keeps a closed period for 0 more period(s), not past its late_grace",
+        "keeps a closed period for 0 more period(s), not a minute past its late_grace",
+    ),
+    (
+        "results of a period gone a few seconds after its result is due",
+        "types: {gift: {windows: [day], retention: {day: 2}, late_grace: 82790s,"
+        " period_results: {windows: [day]}}}",
+        "types.gift.period_results.windows[0]",
+        "not a minute past its late_grace",
     ),
     (
         "results of a period gone before its grace ends",
         "types: {gift: {windows: [last_3h], retention: {last_3h: 2}, late_grace: 1h,"
         " period_results: {windows: [last_3h]}}}",
         "types.gift.period_results.windows[0]",
-        "not past its late_grace: its result could not be read; raise its retention",
+        "not a minute past its late_grace: its result could not be read; raise its retention",
     ),
 ]
 

@@ -352,7 +352,7 @@ for i = 1, W do
   if roles[i] ~= 'z' then any_rolling = true end
   if roles[i] == 'f' then started[i] = redis.call('EXISTS', ikey(i, INST.PREP)) == 1 end
   if roles[i] == 'b' then bucket_list[#bucket_list + 1] = i end
-  -- a period whose result is sealed (sealed, sending, sent or stale: worker/results.py) is
+  -- a period whose result is sealed (sealed, sending or sent: worker/results.py) is
   -- final: events the worker's clock still lets in (within the late grace) no longer change it
   if ARGV[at + IA.SEAL] == '1' then
     sealable = true
@@ -441,7 +441,8 @@ for e = 1, E do
       end
     end
     for _, i in ipairs(inst) do
-      if sealed[i] then  -- neither read nor written
+      if sealed[i] then  -- not written; read for a hot board, which re-publishes its final state
+        if want_state then wants(i) end
       elseif roles[i] ~= 'f' then
         wants(i)
       elseif ev.op == 'rebuild' then
@@ -668,9 +669,9 @@ for _, ev in ipairs(events) do
       if op == 'reset' then  -- the seq of the instance's latest reset ('': none remembered)
         out[#out + 1] = reset and reset.seq or redis.call('GET', ikey(i, INST.RESET)) or ''
       else
-        if sealed[i] then
-          out[#out + 1] = '~'  -- a sealed period: its members' states are final, already published
-        elseif roles[i] == 'f' and not started[i] and op ~= 'derive' and op ~= 'rebuild' then
+        -- (a sealed period reports its final state: a redelivery re-publishes what its first
+        -- delivery may not have, and a late event publishes the state unchanged)
+        if roles[i] == 'f' and not started[i] and op ~= 'derive' and op ~= 'rebuild' then
           -- a next period this event did not write: the preparer's walk publishes the member,
           -- with the same seq; a record from here could arrive after it and undo it
           out[#out + 1] = '~'
