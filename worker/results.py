@@ -250,6 +250,9 @@ class ResultEmitter:
         offset, seq = found
         new = periodmark.sent(mark.partition, offset, seq, self._clock())
         if self._swap(due, mark, new).raw == new:
+            _log.info(
+                "period result found sent by a predecessor", extra={"result": due.key, "offset": offset}
+            )
             self._count("found")
             self._done(due.key)
         return True

@@ -1,0 +1,116 @@
+"""A worker process on a simulated service clock, for tests that kill workers (SIGKILL) while a
+test moves the clock (tests/integration/test_period_results.py): `python -m tests.sim_worker`,
+configured like `rankstream worker` by RANKSTREAM_* variables (tests/helpers.py worker_env), plus
+
+    RANKSTREAM_TEST_CLOCK_FILE     the clock: a file the test writes (ClockFile), read at every call
+    RANKSTREAM_TEST_PASS_S         how often the rolling preparer and the results emitter pass
+                                   (default: the product's, 1 s)
+
+It builds the real loop (worker.main.build_loop) and runs it as worker.main.run_worker does: SIGTERM
+asks it to stop, it finishes its batch and commits, then closes. Its metrics are served on
+RANKSTREAM_WORKER_HTTP_PORT (/metrics, /livez: how long the loop stalls, /readyz: its
+partitions, and those blocked)."""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import os
+import signal
+import struct
+import sys
+import time
+from pathlib import Path
+from types import FrameType
+
+from common.health import serve_probes
+from common.logs import setup_logging
+from common.settings import load_settings
+from worker.main import build_loop
+from worker.metrics import WorkerMetrics
+from worker.outputs import ProducerFenced
+from worker.results import ResultsThread
+from worker.rolling import PreparerThread
+
+CLOCK_ENV = "RANKSTREAM_TEST_CLOCK_FILE"
+PASS_ENV = "RANKSTREAM_TEST_PASS_S"  # noqa: S105 - a pass, not a password
+# the time (ms) and its complement: a read that races a write sees them disagree and reads again
+_LAYOUT = struct.Struct("<qq")
+
+
+class ClockFile:
+    """The service clock shared by the test (writable) and its worker processes (read-only)."""
+
+    def __init__(self, path: Path, *, writable: bool = False) -> None:
+        self.path = path
+        with path.open("r+b" if writable else "rb") as file:
+            access = mmap.ACCESS_WRITE if writable else mmap.ACCESS_READ
+            self._map = mmap.mmap(file.fileno(), _LAYOUT.size, access=access)
+
+    @classmethod
+    def create(cls, path: Path, now: int) -> ClockFile:
+        path.write_bytes(_LAYOUT.pack(now, ~now))
+        return cls(path, writable=True)
+
+    def __call__(self) -> int:
+        while True:
+            value, check = _LAYOUT.unpack(self._map[: _LAYOUT.size])
+            if check == ~value:
+                return int(value)
+            os.sched_yield()  # torn: the writer is mid-write
+
+    def set(self, now: int) -> None:
+        self._map[: _LAYOUT.size] = _LAYOUT.pack(now, ~now)
+
+    def close(self) -> None:
+        self._map.close()
+
+
+def main() -> int:
+    settings = load_settings()
+    setup_logging(settings.log_level)
+    clock = ClockFile(Path(os.environ[CLOCK_ENV]))
+    metrics = WorkerMetrics()
+    loop, client = build_loop(settings, metrics, clock)
+    interval = os.environ.get(PASS_ENV)
+    if interval is not None:  # the threads start with loop.run(): replaced before they do
+        if loop.preparer is not None:
+            loop.preparer = PreparerThread(loop.preparer.preparer, interval_s=float(interval))
+        if loop.results is not None:
+            loop.results = ResultsThread(loop.results.emitter, interval_s=float(interval))
+
+    def live() -> tuple[bool, dict[str, object]]:
+        return True, {"loop_stalled_s": round(time.monotonic() - loop.last_loop, 1)}
+
+    def ready() -> tuple[bool, dict[str, object]]:
+        blocked = (
+            {} if loop.guard is None else {str(p): b.reason for p, b in dict(loop.guard.blocked).items()}
+        )
+        return not blocked, {"partitions": loop.assigned, "blocked": blocked}
+
+    server = serve_probes("127.0.0.1", settings.worker_http_port, live, ready, metrics.registry)
+
+    def _stop(signum: int, frame: FrameType | None) -> None:
+        loop.request_stop()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    code = 0
+    try:
+        loop.run()
+    except ProducerFenced:
+        logging.getLogger(__name__).exception("stopping: fenced")
+        code = 1
+    finally:
+        loop.close()
+        if not loop.abandoned:
+            server.shutdown()
+    if loop.abandoned:  # a thread still blocked on Redis or Kafka: as run_worker, don't wait for it
+        logging.shutdown()
+        os._exit(code)
+    client.close()
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
