@@ -1,4 +1,5 @@
-"""Helpers for integration tests: a worker loop in a thread, an API app on real Redis, waiting."""
+"""Helpers for integration tests: a worker loop in a thread, an API app on real Redis, waiting,
+reading a topic."""
 
 from __future__ import annotations
 
@@ -18,13 +19,23 @@ from typing import Any
 import redis
 import redis.asyncio as aioredis
 from aiohttp.test_utils import TestClient, TestServer
-from confluent_kafka import Consumer, Message, Producer
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
 
 from api.app import create_app
 from common.boards import load_boards
 from common.clock import Clock, system_ms
 from common.settings import Settings
 from rankstream.stack import free_port
+from rankstream.topics import RESULTS_PARTITIONS
+from tests.conftest import unique
 from tests.oracle import BOARDS, RANGED_BOARDS, Model
 from tests.oracle import Message as StreamMessage
 from worker.consumer import WorkerLoop
@@ -173,6 +184,40 @@ def worker_env(settings: Settings, http_port: int = 0, worker_id: str = "") -> d
     if worker_id:  # like a pod's name: the same id after a restart fences the dead one's transaction
         env["RANKSTREAM_WORKER_ID"] = worker_id
     return env
+
+
+def read_results(settings: Settings) -> list[Any]:
+    """Every committed record of the results topic (read_committed, to the end of each partition)."""
+    consumer = Consumer({
+        "bootstrap.servers": settings.kafka_bootstrap,
+        "group.id": unique("results-reader"),
+        "enable.auto.commit": False,
+        "isolation.level": "read_committed",
+        "enable.partition.eof": True,
+    })  # fmt: skip
+    topic = settings.topic_results
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(RESULTS_PARTITIONS)])
+    records: list[Any] = []
+    ended: set[int] = set()
+    deadline = time.monotonic() + 60
+    try:
+        while len(ended) < RESULTS_PARTITIONS:
+            assert time.monotonic() < deadline, f"reading {topic}: partitions at their end {ended}"
+            msg = consumer.poll(1.0)
+            if msg is None:
+                continue
+            err = msg.error()
+            if err is not None:
+                if err.code() != KafkaError._PARTITION_EOF:
+                    raise KafkaException(err)
+                partition = msg.partition()
+                assert partition is not None
+                ended.add(partition)
+                continue
+            records.append(msg)
+    finally:
+        consumer.close()
+    return records
 
 
 def stop_workers(*procs: subprocess.Popen[bytes] | None) -> None:

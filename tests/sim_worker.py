@@ -5,6 +5,10 @@ configured like `rankstream worker` by RANKSTREAM_* variables (tests/helpers.py 
     RANKSTREAM_TEST_CLOCK_FILE     the clock: a file the test writes (ClockFile), read at every call
     RANKSTREAM_TEST_PASS_S         how often the rolling preparer and the results emitter pass
                                    (default: the product's, 1 s)
+    RANKSTREAM_TEST_DWELL_FILE     while this file exists the results emitter lingers (DWELL_S)
+                                   where a strike must land: once its markers say `sending`, before
+                                   it produces, and after the first marker of a committed
+                                   transaction says `sent`
 
 It builds the real loop (worker.main.build_loop) and runs it as worker.main.run_worker does: SIGTERM
 asks it to stop, it finishes its batch and commits, then closes. Its metrics are served on
@@ -22,6 +26,7 @@ import sys
 import time
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 from common.health import serve_probes
 from common.logs import setup_logging
@@ -29,11 +34,13 @@ from common.settings import load_settings
 from worker.main import build_loop
 from worker.metrics import WorkerMetrics
 from worker.outputs import ProducerFenced
-from worker.results import ResultsThread
+from worker.results import ResultEmitter, ResultsThread
 from worker.rolling import PreparerThread
 
 CLOCK_ENV = "RANKSTREAM_TEST_CLOCK_FILE"
 PASS_ENV = "RANKSTREAM_TEST_PASS_S"  # noqa: S105 - a pass, not a password
+DWELL_ENV = "RANKSTREAM_TEST_DWELL_FILE"
+DWELL_S = 0.3
 # the time (ms) and its complement: a read that races a write sees them disagree and reads again
 _LAYOUT = struct.Struct("<qq")
 
@@ -66,12 +73,34 @@ class ClockFile:
         self._map.close()
 
 
+def dwell(flag: Path) -> None:
+    """While `flag` exists, make the emitter linger at the moments a test strikes it (the steps
+    are the product's)."""
+    transaction, swap = ResultEmitter._transaction, ResultEmitter._swap
+
+    def lingering_transaction(self: ResultEmitter, batch: list[Any]) -> None:
+        if flag.exists():
+            time.sleep(DWELL_S)  # markers `sending`, nothing produced yet
+        transaction(self, batch)
+
+    def lingering_swap(self: ResultEmitter, due: Any, mark: Any, new: str) -> Any:
+        after = swap(self, due, mark, new)
+        if new.startswith("sent:") and flag.exists():
+            time.sleep(DWELL_S)  # committed: this marker `sent`, the batch's others still `sending`
+        return after
+
+    ResultEmitter._transaction = lingering_transaction  # type: ignore[method-assign]
+    ResultEmitter._swap = lingering_swap  # type: ignore[method-assign]
+
+
 def main() -> int:
     settings = load_settings()
     setup_logging(settings.log_level)
     clock = ClockFile(Path(os.environ[CLOCK_ENV]))
     metrics = WorkerMetrics()
     loop, client = build_loop(settings, metrics, clock)
+    if DWELL_ENV in os.environ:
+        dwell(Path(os.environ[DWELL_ENV]))
     interval = os.environ.get(PASS_ENV)
     if interval is not None:  # the threads start with loop.run(): replaced before they do
         if loop.preparer is not None:

@@ -1,13 +1,7 @@
 """Period results end to end (CONTRACT 6, README "Period results"): three worker processes
 (tests/sim_worker.py) on real Kafka and Redis share one simulated service clock, a file the test
-moves, through two days of events in Asia/Shanghai. Board type `gift` declares
-`period_results: {windows: [hour, day, last_3h], top: 5}` (its 30min and total windows emit
-nothing), type `plain` declares none. Events are mostly small incrs over 8 members (ties, decided
-by who got there first), with set, best and delete; some are late within the late grace (in the
-period that just closed, large: they change its result) or beyond it (they count in total and open
-periods only), some ahead of the clock; at a few boundaries one lands at the last ms of the grace
-and one at the first ms after it. Each board's events stay in one partition (the models apply them
-in the order produced).
+moves, through two days of events in Asia/Shanghai (the boards and the stream:
+tests/results_stream.py; what each result must be: tests/results_model.py).
 
 Mid-stream the workers are struck, always the current results leader (the holder of the lease
 `{results}:emitter`), right after the clock made results due: SIGKILL while its transaction is
@@ -19,13 +13,10 @@ say `sending` (restarted later). The successor must find those records rather th
 again, and send the others (an aborted transaction is never read).
 
 At the end `rank_period_closed`, read with read_committed, must hold exactly one record per
-(board, window, period) of a declared window in which an event counted (a delete adds no member:
-it registers no result), each equal to the final standing of that period in the independent
-models (tests/period_model.py for hour and day, tests/rolling_model.py for last_3h): its member
-count and its top 5 (rank, member, score, meta) in the board's order, closed_at its end; its seq
-no older than the period's last counted event and no newer than the board's last. Each period's
-marker says `sent` at that record's partition and offset. A result a struck leader left `sending`
-in a committed transaction is the struck leader's record (older than the strike).
+(board, window, period) of a declared window in which an event counted, each equal to the models'
+final standing of that period, its marker `sent` at that record (tests/results_model.py). A result
+a struck leader left `sending` in a committed transaction is the struck leader's record (older
+than the strike).
 
 The clock protocol (as tests/integration/test_rolling_oracle.py's): the clock moves only once
 every event produced so far is applied (each board's seq equals the model's), so the workers
@@ -33,11 +24,10 @@ classify each event late or on time exactly as the models do; before it enters a
 at the hour's last ms until the next last_3h period of every board due is prepared (its marker
 `done`); and it never passes the expiry of a period whose result is still due (in production the
 clock is the real one: a lease lapse of 15 s is nothing against an hour, here it is many simulated
-hours). The dates lie 100 days ahead of the real clock: Redis expires keys by its own."""
+hours)."""
 
 from __future__ import annotations
 
-import itertools
 import random
 import signal
 import subprocess
@@ -45,9 +35,8 @@ import sys
 import time
 import urllib.request
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, cast
 from zoneinfo import ZoneInfo
@@ -55,47 +44,20 @@ from zoneinfo import ZoneInfo
 import orjson
 import pytest
 import redis
-import yaml
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Producer
 from prometheus_client.parser import text_string_to_metric_families
 
 from common.settings import Settings
-from rankstream.topics import RESULTS_PARTITIONS
-from tests.conftest import ROOT, unique
-from tests.helpers import worker_env
+from tests.conftest import ROOT
+from tests.helpers import read_results, worker_env
 from tests.integration.test_periods_oracle import accept_future_timestamps, wait_until
-from tests.period_model import BoardType, Calendar, Span
-from tests.period_model import Model as PeriodModel
-from tests.redis_layout import read_general
-from tests.rolling_model import BoardType as RollingType
-from tests.rolling_model import Model as RollingModel
-from tests.sim_worker import CLOCK_ENV, PASS_ENV, ClockFile
-from tests.stream_events import Message, fresh_ts
+from tests.results_model import Expect, check_records, check_totals
+from tests.results_stream import GIFT, ZONE, Stream, config, first_instant
+from tests.rolling_model import HOUR, MINUTE
+from tests.sim_worker import CLOCK_ENV, DWELL_ENV, PASS_ENV, ClockFile
 
 pytestmark = pytest.mark.integration
 
-ZONE = "Asia/Shanghai"
-MINUTE = 60_000
-HOUR = 60 * MINUTE
-DAY = 24 * HOUR
-GRACE = 10 * MINUTE
-SETTLE_MS = 5_000  # a result is due at its period's end + late grace + this (common/results.py)
-SKEW = DAY  # the default max_future_skew_s
-TOP = 5
-DECLARED = ("hour", "day", "last_3h")
-GIFT_WINDOWS = ("total", "30min", "hour", "day", "last_3h")
-RETENTION = {"30min": 8, "hour": 6, "day": 3}  # last_3h: the default 2 (kept 1 h after it ends)
-PLAIN_WINDOWS = ("total", "hour")
-GIFT = ("gift:r1", "gift:r2", "gift:r3")
-META_BOARD = "gift:r1"  # its events all carry their member's meta, and none is a delete
-# the message key of each board's events: one board's events must stay in order (one partition),
-# as the model applies them in the order produced; an array holds the two boards of a key
-KEYS = {"gift:r1": "pair", "gift:r2": "pair", "gift:r3": "gift:r3", "plain:x": "plain:x"}
-PAIR = ["gift:r1", "gift:r2"]
-PLAIN = "plain:x"
-MEMBERS = tuple(f"m{i}" for i in range(8))
-HOURS = 50  # of events, from 21:00 local: two midnights
-EDGES = (3, 17, 27, 41)  # hours whose start's late grace is probed at its last ms and just after
 # at the first step of these hours (by the simulated clock): what happens to the workers
 # and at which moment of the leader's transaction of the results just due (Cluster.catch)
 ACTIONS = {
@@ -109,200 +71,6 @@ ACTIONS = {
 WORKER_IDS = ("w1", "w2", "w3")
 PASS_S = "0.05"  # noqa: S105 - not a password: the preparer's and the emitter's passes (the product's: 1 s)
 WAIT_S = 90.0  # a wait that may span a rebalance after a SIGKILL or a lease lapse (15 s)
-
-
-def config() -> str:
-    document = {
-        "timezone": ZONE,
-        "types": {
-            "gift": {
-                "windows": list(GIFT_WINDOWS),
-                "retention": RETENTION,
-                "late_grace": "10m",
-                "period_results": {"windows": list(DECLARED), "top": TOP},
-            },
-            "plain": {"windows": list(PLAIN_WINDOWS), "late_grace": "10m"},
-        },
-    }
-    return yaml.safe_dump(document, sort_keys=False)
-
-
-def first_instant(tz: ZoneInfo) -> int:
-    """21:00 local, 100 days from now."""
-    day = (datetime.now(tz) + timedelta(days=100)).date()
-    return int(datetime(day.year, day.month, day.day, 21, tzinfo=tz).timestamp() * 1000)
-
-
-def result_key(board: str, window: str, period: str) -> str:
-    return f"{board}|{window}|{period}"
-
-
-class Expect:
-    """Both models fed with every event, and what they say each result must be."""
-
-    def __init__(self, start: int) -> None:
-        tz = ZoneInfo(ZONE)
-        calendar = Calendar(tz, start - 3 * DAY, start + 40 * DAY, {})
-        types = {
-            "gift": BoardType("gift", GIFT_WINDOWS[:-1], RETENTION, GRACE),
-            "plain": BoardType("plain", PLAIN_WINDOWS, {"hour": 72}, GRACE),
-        }
-        self.periods = PeriodModel(calendar, types, SKEW)
-        self.rolling = RollingModel(
-            tz, start - 70 * DAY, start + 70 * DAY, {"gift": RollingType("gift", GIFT_WINDOWS)}, SKEW
-        )
-        self.due: dict[str, int] = {}  # result key -> when it is due: a result must come
-        self.closed_at: dict[str, int] = {}
-        self.last_seq: dict[str, int] = {}  # result key -> its board's seq after its last counted event
-        self.snapshots: dict[str, dict[str, Any]] = {}  # result key -> the result when its period ended
-        self.beyond = 0  # events late beyond the grace of their hour
-        self.log: list[tuple[int, int, dict[str, Any]]] = []
-
-    def span(self, window: str, period: str) -> Span:
-        calendar = self.periods.calendar
-        return calendar.spans[window][calendar.by_id[window][period]]
-
-    def apply(self, event: dict[str, Any], now: int, raw: bytes) -> None:
-        board, ts, op = event["board"], event["ts"], event.get("op", "incr")
-        self.periods.apply(event, ts, now, raw)
-        self.log.append((now, self.periods.boards[board].seq, event))
-        assert not self.periods.dead, self.periods.dead
-        seq = self.periods.boards[board].seq
-        if not board.startswith("gift:"):
-            return
-        assert self.rolling.apply(event, ts, now)
-        assert self.rolling.seq(board) == seq
-        spec = self.periods.types["gift"]
-        for window in ("hour", "day"):
-            span = self.periods.calendar.at("gift", window, ts)
-            assert span is not None
-            if now >= min(span.end + GRACE, self.periods.expiry(spec, window, span)):
-                self.beyond += window == "hour"
-                continue
-            self._counted(result_key(board, window, span.id), span.end, seq, op)
-        if op == "delete":  # it takes the member out of the window, wherever it is: no result due
-            return
-        hours = self.rolling.buckets["h"]
-        for q in range(hours.at(ts), hours.at(ts) + 3):  # the periods summing its bucket
-            period = hours[q]
-            if now < self.rolling.limit(board, "last_3h", period.id):
-                self._counted(result_key(board, "last_3h", period.id), period.end, seq, op)
-
-    def _counted(self, key: str, end: int, seq: int, op: str) -> None:
-        self.last_seq[key] = seq
-        if op != "delete":  # a delete adds no member: it registers no result (worker/apply.py)
-            self.due.setdefault(key, end + GRACE + SETTLE_MS)
-            self.closed_at[key] = end
-
-    def snapshot(self, now: int) -> None:
-        """Each result as it stands when its period ends (late events may change it still)."""
-        for key, end in self.closed_at.items():
-            if end <= now and key not in self.snapshots:
-                self.snapshots[key] = self.result(key)
-
-    def expiry(self, key: str) -> int:
-        board, window, period = key.split("|")
-        if window == "last_3h":
-            return self.rolling.expiry(board, window, period)
-        assert window in DECLARED, f"a result is due for {key}, whose window declares none"
-        return self.periods.expiry(self.periods.types["gift"], window, self.span(window, period))
-
-    def result(self, key: str) -> dict[str, Any]:
-        """The record's body without its seq."""
-        board, window, period = key.split("|")
-        if window == "last_3h":
-            ranking: list[tuple[str, float]] = [
-                (item.member, item.score) for item in self.rolling.ranking(board, window, period)
-            ]
-            end = self.rolling.span(window, period).end
-        else:
-            ranking = [(m, float(s)) for m, s in self.periods.ranking(board, f"{window}:{period}")]
-            end = self.span(window, period).end
-        top: list[dict[str, Any]] = []
-        for rank, (member, score) in enumerate(ranking[:TOP], 1):
-            top.append({"rank": rank, "member": member, "score": score})
-            if board == META_BOARD:
-                top[-1]["meta"] = {"name": f"Member {member}"}
-        return {"board": board, "window": window, "period": period, "closed_at": end,
-                "members": len(ranking), "top": top}  # fmt: skip
-
-
-class Stream:
-    """The clock's steps and the events produced at each."""
-
-    def __init__(self, start: int, seed: int) -> None:
-        self.start = start
-        self.rng = random.Random(seed)
-        self.used: dict[str, set[int]] = {}
-        self.ids = 0
-
-    def steps(self) -> Iterator[tuple[int, int, str]]:
-        """(hour index, clock, kind) in time order."""
-        rng = self.rng
-        for hour in range(HOURS):
-            at = self.start + hour * HOUR
-            points = [(at + 5 * MINUTE, "late")]
-            if hour in EDGES:
-                points += [(at + GRACE - 1, "edge-in"), (at + GRACE, "edge-out")]
-            points += [
-                (at + rng.randint(11, 25) * MINUTE, "first"),  # ACTIONS happen here
-                (at + rng.randint(28, 44) * MINUTE, "mid"),
-                (at + rng.randint(46, 58) * MINUTE, "last"),  # the preparer's quarter
-            ]
-            for now, kind in sorted(points):
-                yield hour, now, kind
-
-    def messages(self, previous: int, now: int, kind: str) -> list[Message]:
-        rng = self.rng
-        hour_start = now - (now - self.start) % HOUR
-        out: list[Message] = []
-        for board in GIFT:
-            out += [
-                self._message(now, [board], rng.randint(previous + 1, now)) for _ in range(rng.randint(1, 3))
-            ]
-            if kind == "late":  # within the grace, in the hour that closed: large, it moves the top
-                for _ in range(rng.randint(1, 2)):
-                    late = hour_start - rng.randint(1, 30 * MINUTE)
-                    out.append(self._message(now, [board], late, big=True))
-            elif kind == "edge-in":  # the grace's last ms: counts
-                out.append(self._message(now, [board], hour_start - 1, big=True))
-            elif kind == "edge-out":  # its first ms after: counts in later periods only
-                out.append(self._message(now, [board], hour_start - rng.randint(1, 9 * MINUTE), big=True))
-            elif rng.random() < 0.4:  # beyond the grace of its hour
-                late = hour_start - rng.randint(1, 50 * MINUTE)
-                out.append(self._message(now, [board], late, big=rng.random() < 0.5))
-            if rng.random() < 0.1:  # hours late
-                out.append(self._message(now, [board], now - rng.randint(2 * HOUR, 5 * HOUR)))
-            if rng.random() < 0.1:  # ahead of the clock
-                out.append(self._message(now, [board], now + rng.randint(MINUTE, 50 * MINUTE)))
-        if rng.random() < 0.3:  # one message for two boards
-            out.append(self._message(now, rng.sample(PAIR, 2), rng.randint(previous + 1, now)))
-        out += [
-            self._message(now, [PLAIN], now - rng.randint(0, 40 * MINUTE)) for _ in range(rng.randint(0, 2))
-        ]
-        return out
-
-    def _message(self, now: int, boards: list[str], ts: int, big: bool = False) -> Message:
-        events = [self._event(b, fresh_ts(self.used.setdefault(b, set()), ts), big) for b in boards]
-        assert len({KEYS[board] for board in boards}) == 1
-        return Message(KEYS[boards[0]], now, events, array=len(events) > 1 or self.rng.random() < 0.3)
-
-    def _event(self, board: str, ts: int, big: bool) -> dict[str, Any]:
-        rng = self.rng
-        self.ids += 1
-        member = rng.choice(MEMBERS)
-        event: dict[str, Any] = {"id": f"e{self.ids}", "board": board, "member": member, "ts": ts}
-        weights = (80, 8, 12, 0) if board == META_BOARD else (74, 8, 10, 8)
-        op = "incr" if big else rng.choices(("incr", "set", "best", "delete"), weights)[0]
-        if op != "incr" or rng.random() < 0.5:
-            event["op"] = op
-        if op == "incr":
-            event["score"] = rng.randint(6, 12) if big else rng.choice((-1, 1, 1, 2, 2, 3, 5))
-        elif op != "delete":
-            event["score"] = rng.randint(0, 15)
-        if board == META_BOARD:
-            event["meta"] = {"name": f"Member {member}"}
-        return event
 
 
 @dataclass(frozen=True)
@@ -335,6 +103,7 @@ class Cluster:
         self.actions: list[tuple[str, str, bool]] = []  # (action, worker, it held the lease)
         self.strikes: list[Strike] = []
         self.prefix = settings.key_prefix
+        self.dwell = logs / "dwell"  # while it exists the emitters linger where strikes land
 
     # --- the workers ----------------------------------------------------------------------------
     def start(self, worker: str) -> None:
@@ -344,6 +113,7 @@ class Cluster:
             "RANKSTREAM_LOG_LEVEL": "INFO",
             CLOCK_ENV: str(self.clock.path),
             PASS_ENV: PASS_S,
+            DWELL_ENV: str(self.dwell),
         })  # fmt: skip
         self.ports[worker] = int(env["RANKSTREAM_WORKER_HTTP_PORT"])
         with (self.logs / f"{worker}.log").open("ab") as log:
@@ -569,40 +339,6 @@ def results_settings(make_settings: Callable[..., Settings], tmp_path: Path, top
     return settings
 
 
-def read_results(settings: Settings) -> list[Any]:
-    """Every committed record of the results topic (read_committed, to the end of each partition)."""
-    consumer = Consumer({
-        "bootstrap.servers": settings.kafka_bootstrap,
-        "group.id": unique("results-reader"),
-        "enable.auto.commit": False,
-        "isolation.level": "read_committed",
-        "enable.partition.eof": True,
-    })  # fmt: skip
-    topic = settings.topic_results
-    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(RESULTS_PARTITIONS)])
-    records: list[Any] = []
-    ended: set[int] = set()
-    deadline = time.monotonic() + 60
-    try:
-        while len(ended) < RESULTS_PARTITIONS:
-            assert time.monotonic() < deadline, f"reading {topic}: partitions at their end {ended}"
-            msg = consumer.poll(1.0)
-            if msg is None:
-                continue
-            err = msg.error()
-            if err is not None:
-                if err.code() != KafkaError._PARTITION_EOF:
-                    raise KafkaException(err)
-                partition = msg.partition()
-                assert partition is not None
-                ended.add(partition)
-                continue
-            records.append(msg)
-    finally:
-        consumer.close()
-    return records
-
-
 def test_period_results(results_settings, rclient, tmp_path):
     settings = results_settings
     started = time.monotonic()
@@ -618,9 +354,13 @@ def test_period_results(results_settings, rclient, tmp_path):
             cluster.start(worker)
         previous = start
         for hour, now, kind in stream.steps():
+            striking = kind == "first" and hour in ACTIONS
+            if striking:  # the emitter lingers where a strike lands (tests/sim_worker.py)
+                cluster.dwell.touch()
             cluster.advance(now)
-            if kind == "first" and hour in ACTIONS:  # at once: the leader is at work on what is due
+            if striking:  # at once: the leader is at work on what is due
                 cluster.act(*ACTIONS[hour], stream.rng)
+                cluster.dwell.unlink()
             expect.snapshot(now)
             for message in stream.messages(previous, now, kind):
                 value = message.value()
@@ -668,35 +408,6 @@ def test_period_results(results_settings, rclient, tmp_path):
     print(f"results changed after their period ended: {len(changed)}; late beyond the grace: {expect.beyond}")
 
 
-def check_records(records: list[Any], expect: Expect, client: redis.Redis, settings: Settings) -> None:
-    by_key: dict[str, list[Any]] = {}
-    for msg in records:
-        by_key.setdefault(msg.key().decode(), []).append(msg)
-    twice = {k: len(v) for k, v in by_key.items() if len(v) > 1}
-    assert not twice, f"results sent more than once: {twice}"
-    assert not [k for k in by_key if k.startswith(f"{PLAIN}|")], "a type without period_results emitted"
-    assert {k.split("|")[1] for k in by_key} <= set(DECLARED)
-    missing, extra = sorted(set(expect.due) - set(by_key)), sorted(set(by_key) - set(expect.due))
-    assert not missing and not extra, f"missing {missing}, unexpected {extra}"
-    assert len(by_key) > 300
-    windows = {w: sum(1 for k in by_key if k.split("|")[1] == w) for w in DECLARED}
-    assert windows["day"] >= 3 * len(GIFT), windows
-    final_seq = {board: state.seq for board, state in expect.periods.boards.items()}
-    for key, (msg,) in sorted(by_key.items()):
-        body = orjson.loads(msg.value())
-        seq = body.pop("seq")
-        board = body["board"]
-        assert isinstance(seq, int) and expect.last_seq[key] <= seq <= final_seq[board], (key, seq)
-        want = expect.result(key)
-        assert body == want, diagnose(key, body, expect, client, settings.key_prefix)
-        instance = f"{want['window']}:{want['period']}"
-        marker = cast(bytes | None, client.get(f"{settings.key_prefix}{{{board}}}:rp:{instance}"))
-        assert marker is not None, key
-        state, partition, offset, marked_seq, _ = marker.decode().split(":")
-        sent = (state, int(partition), int(offset), int(marked_seq))
-        assert sent == ("sent", msg.partition(), msg.offset(), seq), (key, marker)
-
-
 def check_strikes(records: list[Any], strikes: list[Strike]) -> tuple[int, int]:
     """The results a struck leader left `sending`: committed by it (its record is older than the
     strike) if it had marked one of its transaction sent already, and then found by the successor,
@@ -715,37 +426,3 @@ def check_strikes(records: list[Any], strikes: list[Strike]) -> tuple[int, int]:
             found += before
             resent += not before
     return found, resent
-
-
-def check_totals(expect: Expect, client: redis.Redis, settings: Settings) -> None:
-    """total counts every event, late ones too."""
-    for board, state in expect.periods.boards.items():
-        stored = read_general(client, f"{settings.key_prefix}{{{board}}}", "total", asc=False, tie="first")
-        want = {member: (float(score), tie) for member, (score, tie) in state.instances["total"].items()}
-        assert stored == want, board
-
-
-def diagnose(key: str, body: dict[str, Any], expect: Expect, client: redis.Redis, prefix: str) -> str:
-    """For a result that differs from the model's: the period in Redis (a calendar one) and the
-    events of the members in question, with the clock when each was applied."""
-    board, window, period = key.split("|")
-    want = expect.result(key)
-    members = {item["member"] for item in body["top"]} ^ {item["member"] for item in want["top"]}
-    empty: dict[str, Any] = {}
-    for got, wanted in itertools.zip_longest(body["top"], want["top"], fillvalue=empty):
-        if got != wanted:
-            members |= {item["member"] for item in (got, wanted) if item}
-    lines = [f"{key}: got {body}", f"{key}: the model's {want}"]
-    if window == "last_3h":
-        hours = expect.rolling.buckets["h"]
-        low, high = hours[hours.find(period) - 2].start, hours[hours.find(period)].end
-    else:
-        span = expect.span(window, period)
-        low, high = span.start, span.end
-        stored = read_general(client, f"{prefix}{{{board}}}", f"{window}:{period}", asc=False, tie="first")
-        lines.append(f"in Redis: {stored}")
-    for now, seq, event in expect.log:
-        if event["board"] == board and event["member"] in members:
-            where = "in" if low <= event["ts"] < high else "out"
-            lines.append(f"applied at clock {now} (seq {seq}), ts {where}side the period: {event}")
-    return "\n".join(lines)

@@ -34,7 +34,8 @@ def test_redis_round_trip(settings, rclient):
 
 def test_topics_are_created_as_the_contract_says(settings):
     created = ensure_topics(settings)
-    assert sorted(created) == sorted([settings.topic_updates, settings.topic_dlq, settings.topic_cache])
+    names = [settings.topic_updates, settings.topic_dlq, settings.topic_cache, settings.topic_results]
+    assert sorted(created) == sorted(names)
     assert ensure_topics(settings) == []  # idempotent
     admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
     meta = admin.list_topics(timeout=10).topics
@@ -42,5 +43,12 @@ def test_topics_are_created_as_the_contract_says(settings):
     resource = ConfigResource(ConfigResource.Type.TOPIC, settings.topic_cache)
     configs = admin.describe_configs([resource])[resource].result(timeout=10)
     assert configs["cleanup.policy"].value == "compact"
+    # period results: compacted per key and kept 30 days, records up to 16 MiB (a 10,000 top)
+    assert len(meta[settings.topic_results].partitions) == 3
+    resource = ConfigResource(ConfigResource.Type.TOPIC, settings.topic_results)
+    configs = admin.describe_configs([resource])[resource].result(timeout=10)
+    assert configs["cleanup.policy"].value == "compact,delete"
+    assert configs["retention.ms"].value == str(30 * 86_400_000)
+    assert configs["max.message.bytes"].value == str(16 * 1024 * 1024)
     for future in admin.delete_topics(list(created), operation_timeout=30).values():
         future.result(timeout=30)
