@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import multiprocessing as mp
 import os
 import random
 import statistics
@@ -38,6 +37,7 @@ import redis
 from bench.common import REPO, BenchError, Result, env_int, say
 from bench.harness.cpu import CpuMeter
 from bench.harness.fill import FILL_BATCH
+from bench.harness.processes import fork_all
 from bench.harness.report import Row, header, met
 from bench.harness.stats import percentile, ratio
 from bench.redis_cost import member_ids
@@ -96,14 +96,8 @@ def _fill(port: int, board: str, members: Sequence[str], now: int) -> None:
 
 
 def fill(port: int, members: Sequence[str], now: int) -> Result:
-    ctx, started = mp.get_context("fork"), time.monotonic()
-    procs = [ctx.Process(target=_fill, args=(port, board, members, now)) for board in LAYOUTS.values()]
-    for proc in procs:
-        proc.start()
-    for proc in procs:
-        proc.join()
-    if any(proc.exitcode != 0 for proc in procs):
-        raise BenchError(f"fill: a process failed (exit codes {[proc.exitcode for proc in procs]})")
+    started = time.monotonic()
+    fork_all([(_fill, (port, board, members, now)) for board in LAYOUTS.values()], "fill")
     return {"fill_s": round(time.monotonic() - started, 1)}
 
 

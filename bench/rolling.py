@@ -41,7 +41,8 @@ from typing import Any, cast
 import redis
 import redis.asyncio as aioredis
 
-from bench.common import REPO, BenchError, Result, env_int, say
+from bench.common import REPO, Result, env_int, say
+from bench.harness.processes import fork_all
 from bench.harness.report import Row, header, met
 from bench.harness.stats import percentile, ratio
 from bench.redis_cost import member_ids, redis_cpu_s
@@ -168,14 +169,8 @@ def _fill_part(port: int, offset: Synchronized[int], members: Sequence[str], par
 
 
 def fill(port: int, offset: Synchronized[int], members: Sequence[str]) -> Result:
-    ctx, started = mp.get_context("fork"), time.monotonic()
-    procs = [ctx.Process(target=_fill_part, args=(port, offset, members, part)) for part in range(2)]
-    for proc in procs:
-        proc.start()
-    for proc in procs:
-        proc.join()
-    if any(proc.exitcode != 0 for proc in procs):
-        raise BenchError(f"fill: a process failed (exit codes {[proc.exitcode for proc in procs]})")
+    started = time.monotonic()
+    fork_all([(_fill_part, (port, offset, members, part)) for part in range(2)], "fill")
     elapsed = time.monotonic() - started
     return {"fill_s": round(elapsed, 2), "fill_events_per_s": round(len(members) / elapsed)}
 

@@ -4,11 +4,12 @@ run ends; a helper process run to its end for its JSON; a process' resident memo
 from __future__ import annotations
 
 import contextlib
+import multiprocessing as mp
 import os
 import signal
 import subprocess
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -123,3 +124,15 @@ def rss_bytes(pid: int | str = "self") -> int | None:
     except (OSError, ValueError, IndexError):
         return None
     return None
+
+
+def fork_all(jobs: Sequence[tuple[Callable[..., object], tuple[object, ...]]], what: str) -> None:
+    """Run each (target, args) in a forked process at once and wait for all; BenchError if one failed."""
+    ctx = mp.get_context("fork")
+    procs = [ctx.Process(target=target, args=args) for target, args in jobs]
+    for proc in procs:
+        proc.start()
+    for proc in procs:
+        proc.join()
+    if any(proc.exitcode != 0 for proc in procs):
+        raise BenchError(f"{what}: a process failed (exit codes {[proc.exitcode for proc in procs]})")

@@ -36,7 +36,7 @@ import orjson
 import pytest
 import redis
 import yaml
-from hypothesis import HealthCheck, Phase, event, given, note
+from hypothesis import event, given, note
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
@@ -63,21 +63,11 @@ from tests.apply_model import (
     period_id,
     ranking,
 )
+from tests.integration.test_apply_properties import BASE  # the same hypothesis settings
 from worker.apply import Applier
 
 pytestmark = pytest.mark.integration
 
-BASE = hsettings(
-    deadline=None,
-    phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink],  # no explain: slow
-    database=None,  # no .hypothesis/ folder in the project; a failure prints its example
-    suppress_health_check=[
-        HealthCheck.function_scoped_fixture,
-        HealthCheck.too_slow,
-        HealthCheck.data_too_large,
-        HealthCheck.large_base_example,
-    ],
-)
 
 BOARD = "t:room-1"
 ZONES = ("UTC", "Asia/Shanghai", "America/New_York", "Australia/Lord_Howe", "Asia/Kathmandu")
