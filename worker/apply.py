@@ -109,8 +109,6 @@ class Outcome(NamedTuple):  # one per event: a tuple is the cheapest immutable r
 
 
 _FOREVER = 2**62
-# what an event that counted reports: applied now, or before (a producer retry, a redelivery)
-_COUNTED = frozenset({Status.APPLIED, Status.DUPLICATE, Status.REDELIVERED})
 # apply.lua refuses an event sent as op `closed` (its board's activity ended) and records it in
 # the fence under this name, so a redelivery is dead-lettered board_closed again, whatever the
 # clock says then; one applied before the end stays a redelivery (or a duplicate)
@@ -139,7 +137,7 @@ class _Counted(NamedTuple):
     # its board's marks for worker/rolling.py: ("due", unit, bucket): a next period to prepare in
     # that bucket; ("board", window, bucket): the newest bucket holding an event (a catch-up's list)
     dues: tuple[tuple[str, str, Period], ...]
-    # for worker/results.py, once it counted: ("result", window, period), a period with a result
+    # for worker/results.py: ("result", window, period), a period whose result it makes due
     results: tuple[tuple[str, str, Period], ...] = ()
 
 
@@ -271,8 +269,6 @@ class Applier:
         self._slot_cache: dict[str, _Slots] = {}
         self._rolling = RollingSlots(boards.timezone)
         self._registered: set[tuple[str, str, str]] = set()  # (key, board, bucket) written this process
-        # per batch: id(event) -> its type and the results it makes due once it counted
-        self._result_dues: dict[int, tuple[BoardType, tuple[tuple[str, str, Period], ...]]] = {}
         self._script = ApplyScript()
 
     def _slots(self, board_type: BoardType, ts: int) -> _Slots:
@@ -421,7 +417,6 @@ class Applier:
         chunks: list[_Chunk] = []
         memo = _Memo()
         dues: dict[str, tuple[BoardType, set[tuple[str, str, Period]]]] = {}
-        results = self._result_dues
         for (event, ts), position in zip(events, positions, strict=True):
             deps: tuple[Instance, ...] = ()
             wide = False
@@ -440,10 +435,11 @@ class Applier:
                     pairs, deps, late = counted.pairs, counted.deps, 0 if closed else counted.late
                     if counted.dues:
                         dues.setdefault(event.board, (board_type, set()))[1].update(counted.dues)
-                    # registered once it counted (worker/results.py: a period nothing counted in
-                    # has no result); a delete adds no member
+                    # results due (worker/results.py), registered before the apply: by the first
+                    # delivery's clock, so a retry judging them late later can't lose them (an
+                    # event the script then refuses leaves a period with no member: members 0)
                     if counted.results and not closed and event.op is not Op.DELETE:
-                        results[id(event)] = (board_type, counted.results)
+                        dues.setdefault(event.board, (board_type, set()))[1].update(counted.results)
                     wide = event.op is Op.DELETE and bool(board_type.rolling) and not closed
                     if wide:
                         pairs, deps = self._wide_delete(board_type, ts, now, memo), ()
@@ -524,7 +520,6 @@ class Applier:
         outcomes: list[Outcome] = []
         if positions is None:
             positions = [None] * len(events)
-        self._result_dues.clear()
         for round_ in _rounds(self._chunks(events, positions, failures)):
             wants = [bool(self._boards.hot_windows(chunk.board)) for chunk in round_]
             requests = [self._request(c, w) for c, w in zip(round_, wants, strict=True)]
@@ -538,23 +533,7 @@ class Applier:
                     # apply.lua writes nothing before its last decision, so a failed call left
                     # no trace: re-apply its events one by one, in order, to find the bad ones
                     outcomes += self._narrow(chunk, want, failures)
-        self._register_results(outcomes)
         return outcomes, failures
-
-    def _register_results(self, outcomes: Sequence[Outcome]) -> None:
-        """The results of the periods the batch's events counted in are due (worker/results.py):
-        after the apply (an event Redis refused registers nothing), before the batch's commit (a
-        crash in between redelivers the events, which register then)."""
-        if not self._result_dues:
-            return
-        per_board: dict[str, tuple[BoardType, set[tuple[str, str, Period]]]] = {}
-        for outcome in outcomes:
-            found = self._result_dues.get(id(outcome.event))
-            if found is not None and outcome.status in _COUNTED:
-                per_board.setdefault(outcome.event.board, (found[0], set()))[1].update(found[1])
-        self._result_dues.clear()
-        for board, (board_type, board_dues) in per_board.items():
-            self._register(board_type, board, sorted(board_dues, key=lambda due: (due[1], due[2].start_ms)))
 
     def _narrow(self, chunk: _Chunk, want: bool, failures: list[Failure]) -> list[Outcome]:
         outcomes: list[Outcome] = []

@@ -45,6 +45,7 @@ from common.results import MAX_RESULT_BYTES, PeriodResult, read_result, split_re
 from common.store import lease, periodmark
 from common.store.encoding import text
 from common.store.keys import BoardKeys, results_due, results_emitter, window_instance
+from common.windows import parse_window
 from worker.faults import is_infrastructure
 from worker.metrics import WorkerMetrics
 from worker.passes import PassThread
@@ -54,6 +55,8 @@ LEASE_MS = 15_000
 BATCH = 100  # due periods read per pass: at most this many records per transaction
 KAFKA_TIMEOUT_S = 30.0
 RETRY_MS = 60_000  # a period this worker can't emit now is due again this much later
+UNDECLARED_MS = 600_000  # and one its config does not declare
+FORGET_MS = 7 * 86_400_000  # dropped once its period ended this long ago
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +115,7 @@ class ResultEmitter:
         self._partitions = 0
         self.sent = 0
         self.settled = 0  # due periods dropped from the due set
+        self._warned: set[str] = set()  # undeclared due periods already logged
 
     @property
     def leading(self) -> bool:
@@ -167,16 +171,23 @@ class ResultEmitter:
             self._drop()
             return False
         if self._producer is None:
-            producer = self._make_producer()
-            producer.init_transactions(KAFKA_TIMEOUT_S)
-            topic = producer.list_topics(self._topic, timeout=KAFKA_TIMEOUT_S).topics.get(self._topic)
-            if topic is None or topic.error is not None or not topic.partitions:
-                raise InfrastructureError(f"topic {self._topic} is missing: run `rankstream topics`")
-            self._partitions = len(topic.partitions)
-            self._reader = self._make_reader()
-            self._producer = producer
-            _log.info("emitting period results", extra={"topic": self._topic})
+            try:
+                self._start()
+            except BaseException:  # a worker that can't emit must not keep the others idle
+                lease.release(self._client, results_emitter(self._prefix), self._owner)
+                raise
         return True
+
+    def _start(self) -> None:
+        producer = self._make_producer()
+        producer.init_transactions(KAFKA_TIMEOUT_S)
+        topic = producer.list_topics(self._topic, timeout=KAFKA_TIMEOUT_S).topics.get(self._topic)
+        if topic is None or topic.error is not None or not topic.partitions:
+            raise InfrastructureError(f"topic {self._topic} is missing: run `rankstream topics`")
+        self._partitions = len(topic.partitions)
+        self._reader = self._make_reader()
+        self._producer = producer
+        _log.info("emitting period results", extra={"topic": self._topic})
 
     def resolve(self, key: str) -> Due | None:
         """The due period named `key`, or None if this worker's config does not emit it."""
@@ -210,9 +221,8 @@ class ResultEmitter:
         """Steps 1 and 2 for one due period, and the first half of 3 (its marker says `sending`):
         what to produce, or None if it is settled already (or moved by another holder)."""
         due = self.resolve(key)
-        if due is None:  # another worker's config declares it (a rolling deploy), or none does now
-            _log.warning("a due result this worker's config does not emit: postponed", extra={"result": key})
-            self._postpone(key, now)
+        if due is None:
+            self._undeclared(key, now)
             return None
         if now >= due.expire_ms:
             self._expired(due)
@@ -262,16 +272,14 @@ class ResultEmitter:
         Kafka refuses a record, each goes alone, and the one it refuses waits for a later pass."""
         try:
             self._transaction(batch)
-        except KafkaException as exc:
+        except (KafkaException, BufferError) as exc:
             err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
-            if err is None or err.fatal() or not err.txn_requires_abort():
+            if (err is not None and err.fatal()) or not self._abort():
                 self._drop()  # fenced, or in doubt: a fresh producer (and fence) next pass
                 raise
-            assert self._producer is not None
-            self._producer.abort_transaction(KAFKA_TIMEOUT_S)
-            if len(batch) == 1:
+            if len(batch) == 1:  # this record alone: it waits, the others go on
                 _log.error("Kafka refused a period result; retried later",
-                           extra={"result": batch[0].due.key, "error": err.str()})  # fmt: skip
+                           extra={"result": batch[0].due.key, "error": repr(exc)})  # fmt: skip
                 self._postpone(batch[0].due.key, self._clock())
                 return
             for pending in batch:
@@ -288,6 +296,18 @@ class ResultEmitter:
             self._count("sent")
             self.sent += 1
             _log.info("period result sent", extra={"result": p.due.key, "members": p.result.members})
+
+    def _abort(self) -> bool:
+        """Abort the open transaction (none committed: its records are never read); False if
+        that failed too (the next producer's init_transactions settles it)."""
+        producer = self._producer
+        if producer is None:
+            return False
+        try:
+            producer.abort_transaction(KAFKA_TIMEOUT_S)
+        except KafkaException:
+            return False
+        return True
 
     def _transaction(self, batch: list[_Pending]) -> None:
         producer = self._producer
@@ -332,17 +352,41 @@ class ResultEmitter:
                         return None
                     raise KafkaException(err)
                 if msg.key() == wanted:
-                    return msg.offset() or 0, int(orjson.loads(msg.value() or b"{}")["seq"])
+                    value = orjson.loads(msg.value() or b"{}")
+                    return msg.offset() or 0, int(value.get("seq", 0) if isinstance(value, dict) else 0)
         finally:
             reader.unassign()
 
     def _expired(self, due: Due) -> None:
         """The period expired (retention) before its result was settled: every worker was down
-        that long. Its marker is gone with it: logged and counted, never sent."""
+        that long. Its marker goes with it: logged and counted, never sent."""
+        if periodmark.read_mark(self._client, due.keys, due.instance).state == "sent":
+            self._done(due.key)  # sent, its settling cut short: nothing lost
+            return
         _log.error("a period expired before its result was sent (its retention is shorter than the "
                    "workers' outage): no record", extra={"result": due.key})  # fmt: skip
         self._count("expired")
         self._done(due.key)
+
+    def _undeclared(self, key: str, now: int) -> None:
+        """A due period this worker's config does not emit: another worker's does (a rolling
+        deploy under way), or none does any more. It waits UNDECLARED_MS at a time for a worker
+        that emits it, until its period ended FORGET_MS ago (by its window's name alone) or at
+        once if its name names no period without the config (a season): then it is dropped."""
+        _, window_name, period_id = split_result_key(key)
+        try:
+            ended = parse_period(parse_window(window_name), period_id, self._boards.timezone).end_ms
+        except ValueError:
+            ended = 0
+        if now - ended > FORGET_MS:
+            _log.warning("a due result no worker's config emits: dropped", extra={"result": key})
+            self._done(key)
+            return
+        if key not in self._warned:
+            self._warned.add(key)
+            _log.warning("a due result this worker's config does not emit: waiting for one that does",
+                         extra={"result": key})  # fmt: skip
+        self._client.zadd(results_due(self._prefix), {key: now + UNDECLARED_MS}, xx=True)
 
     def _postpone(self, key: str, now: int) -> None:
         self._client.zadd(results_due(self._prefix), {key: now + RETRY_MS}, xx=True)

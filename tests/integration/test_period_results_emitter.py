@@ -32,7 +32,7 @@ from rankstream.topics import RESULTS_PARTITIONS, ensure_topics
 from tests.helpers import wait_for, worker_env
 from worker.apply import Applier
 from worker.main import results_emitter as make_emitter
-from worker.results import ResultEmitter
+from worker.results import FORGET_MS, UNDECLARED_MS, ResultEmitter
 
 pytestmark = pytest.mark.integration
 TZ = ZoneInfo("Asia/Shanghai")
@@ -262,16 +262,19 @@ def test_a_fenced_zombie_cannot_commit(setup):
     assert sent.state == "sent" and sent.offset >= noted.offset  # sent under the noted offset
 
 
-def test_refused_events_make_no_result_due_and_a_sealed_period_still_reports_its_state(setup):
-    """An event Redis refused (out of the declared range) registers nothing; on a hot board an
-    event that meets a sealed period (a redelivery, a producer retry) reports the period's final
-    state, so a worker that crashed before publishing it to update_cache publishes it then."""
+def test_a_sealed_period_still_reports_its_state_to_hot_boards(setup):
+    """On a hot board an event that meets a sealed period (a redelivery, a producer retry) reports
+    the period's final state, so a worker that crashed before publishing it to update_cache
+    publishes it then. (An event the script refuses, out of the declared range, registered its
+    period before the apply: by then it can't tell.)"""
     settings, client = setup
     clock = Clock(HOUR_10 + 60_000)
     applier = Applier(client, parse_boards(CONFIG), settings.key_prefix, 3600, now_ms=clock, epoch="E")
     (refused,) = applier.apply([ev(1, "a", 1000, HOUR_10 + 1, "capped:x")])
     assert refused.status is Status.OUT_OF_RANGE
-    assert client.zcard(results_due(settings.key_prefix)) == 0
+    capped_key = result_key("capped:x", "hour", "2027-03-01T10")
+    assert client.zrange(results_due(settings.key_prefix), 0, -1) == [capped_key.encode()]
+    client.delete(results_due(settings.key_prefix))
     (first,) = applier.apply([ev(2, "a", 7, HOUR_10 + 2, "gift:hot")])
     hot_key = result_key("gift:hot", "hour", "2027-03-01T10")
     assert client.zrange(results_due(settings.key_prefix), 0, -1) == [hot_key.encode()]
@@ -300,3 +303,22 @@ def test_the_periods_command_refuses_what_it_cannot_do(setup):
     assert early.returncode == 1, early.stderr
     assert "is not published (none)" in early.stderr and "nothing republished" in early.stderr
     assert records(settings) == []
+
+
+def test_a_result_no_config_here_declares_waits_then_is_dropped(setup):
+    """A due period the emitting worker's config does not declare (a rolling deploy that adds
+    period_results) waits for a worker whose config does; once its period ended a week ago it
+    is dropped, and a season's, which its name alone does not place, at once."""
+    settings, client = setup
+    clock = Clock(DUE)
+    other = make_emitter(settings, client, parse_boards(f"timezone: {TZ.key}\ntypes: {{gift: {{}}}}"), "w9",
+                         clock=clock, metrics=None)  # fmt: skip
+    due = results_due(settings.key_prefix)
+    season = result_key("gift:r1", "season", "s1")
+    client.zadd(due, {KEY: DUE, season: DUE})
+    assert step(other) == 1  # the season's: dropped
+    assert client.zrange(due, 0, -1, withscores=True) == [(KEY.encode(), float(DUE + UNDECLARED_MS))]
+    assert records(settings) == []
+    clock.now = HOUR_11 + FORGET_MS + 1
+    assert step(other) == 1
+    assert client.zcard(due) == 0
