@@ -43,7 +43,9 @@ def previous_release(dest: Path) -> Path:
 def old_worker(settings: Settings, release: Path, log: Path) -> subprocess.Popen[bytes]:
     """`rankstream worker` of the previous release: its tree is cwd and PYTHONPATH, so its modules
     shadow the editable install of this one."""
-    env = {k: v for k, v in worker_env(settings, worker_id="pod-a").items() if not k.startswith("PYTHON")}
+    # the previous release refuses settings it does not know: this one's period results topic
+    unknown = ("PYTHON", "RANKSTREAM_TOPIC_RESULTS")
+    env = {k: v for k, v in worker_env(settings, worker_id="pod-a").items() if not k.startswith(unknown)}
     env["PYTHONPATH"] = str(release)
     argv = [sys.executable, "-m", "rankstream.cli", "worker"]
     with log.open("wb") as out:
