@@ -5,23 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
-
 from api.errors import ApiError
 from api.params import Target
-from api.reader import BoardReader, Entry, Located, Page
-from common.ranking import member_rank, page_ranks, rank_of_score
-
-
-def _score(value: float) -> float | int:
-    return int(value) if value.is_integer() and abs(value) <= 2**53 else value
-
-
-def item(rank: int | None, entry: Entry) -> dict[str, Any]:
-    out: dict[str, Any] = {"rank": rank, "member": entry.member, "score": _score(entry.score)}
-    if entry.meta is not None:
-        out["meta"] = orjson.Fragment(entry.meta)  # stored as JSON already: embedded, not re-parsed
-    return out
+from api.reader import BoardReader, Located, Page
+from common.ranking import item, json_score, member_rank, page_ranks, rank_of_score
 
 
 def located_item(found: Located, target: Target) -> dict[str, Any]:
@@ -99,7 +86,13 @@ async def count_answer(reader: BoardReader, target: Target, low: float, high: fl
 async def rank_answer(reader: BoardReader, target: Target, score: float) -> dict[str, Any]:
     better, equal, seq = await reader.better_and_equal(score, target.reverse)
     rank = rank_of_score(better, equal, target.board_type.tie_break, target.ties)
-    return {**target.describe(), "score": _score(score), "rank": rank, "source": reader.source, "seq": seq}
+    return {
+        **target.describe(),
+        "score": json_score(score),
+        "rank": rank,
+        "source": reader.source,
+        "seq": seq,
+    }
 
 
 def _bound(value: float) -> str:
@@ -111,7 +104,7 @@ def _bound(value: float) -> str:
 
 
 def _json_bound(value: float) -> float | int | str:
-    return _bound(value) if value in (float("inf"), float("-inf")) else _score(value)
+    return _bound(value) if value in (float("inf"), float("-inf")) else json_score(value)
 
 
 async def with_trend(previous: BoardReader | None, target: Target, body: dict[str, Any]) -> dict[str, Any]:

@@ -4,8 +4,12 @@ How Redis and memory order members, and the exact range of scores: common/store/
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Any
+
+import orjson
 
 from common.boards import TieBreak
+from common.store.reads import Entry
 
 
 class Ties(StrEnum):
@@ -43,3 +47,16 @@ def rank_of_score(strictly_better: int, equal: int, tie_break: TieBreak, ties: T
     if ties is Ties.SHARED or tie_break is not TieBreak.FIRST:
         return strictly_better + 1
     return strictly_better + equal + 1
+
+
+def json_score(value: float) -> float | int:
+    """A score as answers carry it: an integer when it is one (and exact), else the float."""
+    return int(value) if value.is_integer() and abs(value) <= 2**53 else value
+
+
+def item(rank: int | None, entry: Entry) -> dict[str, Any]:
+    """A ranked member as every answer and period result carries it: rank, member, score, meta."""
+    out: dict[str, Any] = {"rank": rank, "member": entry.member, "score": json_score(entry.score)}
+    if entry.meta is not None:
+        out["meta"] = orjson.Fragment(entry.meta)  # stored as JSON already: embedded, not re-parsed
+    return out

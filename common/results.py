@@ -10,13 +10,13 @@ Ranks are 1-based and unique, in the board's order with its tie rule (what `top`
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import orjson
 import redis
 
 from common.boards import RESULT_SETTLE_MS, BoardType, Order, Window
 from common.periods import Period
+from common.ranking import item
 from common.store import reads
 from common.store.encoding import tie_mode, window_packing
 from common.store.keys import BoardKeys, window_instance
@@ -61,17 +61,7 @@ class PeriodResult:
         return result_key(self.board, self.window, self.period)
 
     def encode(self) -> bytes:
-        items: list[dict[str, Any]] = []
-        for rank, entry in enumerate(self.top, 1):
-            score = entry.score
-            item: dict[str, Any] = {
-                "rank": rank,
-                "member": entry.member,
-                "score": int(score) if score.is_integer() and abs(score) <= 2**53 else score,
-            }
-            if entry.meta is not None:
-                item["meta"] = orjson.Fragment(entry.meta)  # stored as JSON already
-            items.append(item)
+        items = [item(rank, entry) for rank, entry in enumerate(self.top, 1)]
         body = {
             "board": self.board,
             "window": self.window,

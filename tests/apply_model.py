@@ -131,6 +131,20 @@ def period_end(tz: ZoneInfo, window: str, ts: int) -> int:
     return end
 
 
+def period_start(tz: ZoneInfo, window: str, ts: int) -> int:
+    """The first ms whose period id is that of `ts` (ids never come back: a binary search)."""
+    pid = period_id(tz, window, ts)
+    low, high = ts - _SPAN[window], ts
+    assert period_id(tz, window, low) != pid
+    while high - low > 1:
+        mid = (low + high) // 2
+        if period_id(tz, window, mid) == pid:
+            high = mid
+        else:
+            low = mid
+    return high
+
+
 def period_expiry(tz: ZoneInfo, window: str, ts: int, retention: int) -> int:
     """The start of the period `retention` periods after the one containing `ts`."""
     key = (tz.key, window, period_id(tz, window, ts), retention)

@@ -1,6 +1,6 @@
 """The independent model behind tests/integration/test_rolling_oracle.py: rolling windows
 `last_<N>h|d|w|m` (issue 12's SPEC) worked out by brute force from `zoneinfo` alone (nothing
-from common/ or worker/ is imported).
+from common/ or worker/ is imported; period ids are tests/period_model.py's).
 
 Buckets. A unit's buckets (local hours, local days, ISO weeks from Monday, months) come from a
 scan of UTC hour by hour: each hour's local wall-clock time names its bucket, and a bucket runs
@@ -45,6 +45,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
+from tests.period_model import label as period_label
+
 HOUR = 3_600_000
 DAY = 24 * HOUR
 MINUTE = 60_000
@@ -52,19 +54,13 @@ UNITS = ("h", "d", "w", "m")
 EARLIEST_MS = 946_684_800_000  # 2000-01-01T00:00Z: an older ts is dead-lettered
 DEFAULT_RETENTION = 2
 _ROLLING = re.compile(r"last_([1-9][0-9]*)([hdwm])")
+_KINDS = {"h": "hour", "d": "day", "w": "week", "m": "month"}  # a unit's buckets: these periods
 
 
 def label(unit: str, local: datetime) -> str:
-    """The id of the bucket of `unit` holding the local wall-clock time `local`."""
-    if unit == "h":
-        return f"{local:%Y-%m-%dT%H}"
-    if unit == "d":
-        return f"{local:%Y-%m-%d}"
-    if unit == "w":
-        year, week, _ = local.isocalendar()
-        return f"{year:04d}-W{week:02d}"
-    assert unit == "m", unit
-    return f"{local:%Y-%m}"
+    """The id of the bucket of `unit` holding the local wall-clock time `local`: the calendar
+    period's id of the unit's kind, as the period model names it."""
+    return period_label(_KINDS[unit], local)
 
 
 @dataclass(frozen=True)

@@ -234,9 +234,9 @@ class ResultEmitter:
         result = read_result(
             self._client, self._prefix, due.board_type, board, window=due.window, period=due.period
         )
-        partition = partition_for(due.key, self._partitions)
         if mark.state == "sending":  # kept: a record since its offset (a live holder's) is found
             return _Pending(due, mark, result, result.encode(), mark.partition)
+        partition = partition_for(due.key, self._partitions)
         if partition not in ends:
             assert self._reader is not None
             tp = TopicPartition(self._topic, partition)

@@ -61,6 +61,7 @@ from tests.apply_model import (
     period_end,
     period_expiry,
     period_id,
+    period_start,
     ranking,
 )
 from tests.integration.test_apply_properties import BASE  # the same hypothesis settings
@@ -75,7 +76,6 @@ ZONES = ("UTC", "Asia/Shanghai", "America/New_York", "Australia/Lord_Howe", "Asi
 TIE_BITS = {"hour": 25, "day": 27}
 # each keeps a closed period past a late grace of an hour (Lord Howe has 30-minute hours)
 RETENTION = {"hour": 4, "day": 2}
-SPAN = {"hour": 3 * HOUR_MS, "day": 2 * 86_400_000}  # longer than any period of the window
 MEMBERS = ("a", "b", "B", "m1", "m10", "\u00e9", "\u4e2d\u6587", "Zo\u00eb \U0001f642", "x" * 64, "x" * 65,
            "u7", "u3")  # fmt: skip
 GENERAL_EDGES = (EXACT, -EXACT, EXACT - 1, -(EXACT - 1), 2**52 - 0.5, 1e15 + 0.25, 0, -0.0, 1, -1, 0.5, -0.5)
@@ -99,20 +99,6 @@ METAS = st.one_of(
         max_size=3,
     ),
 )
-
-
-def period_start(tz: ZoneInfo, window: str, ts: int) -> int:
-    """The first ms whose period id is that of `ts` (ids never come back: a binary search)."""
-    pid = period_id(tz, window, ts)
-    low, high = ts - SPAN[window], ts
-    assert period_id(tz, window, low) != pid
-    while high - low > 1:
-        mid = (low + high) // 2
-        if period_id(tz, window, mid) == pid:
-            high = mid
-        else:
-            low = mid
-    return high
 
 
 # --- the generated scenario ---------------------------------------------------------------------
