@@ -4,53 +4,58 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
+import time
 from collections.abc import AsyncIterator
 from functools import cache
 from importlib import resources
 
 import orjson
-import redis.asyncio as aioredis
+import redis
 import yaml
 from aiohttp import web
-from aiohttp.typedefs import Handler
+from aiohttp.typedefs import Handler, Middleware
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from api.cache import SingleFlightCache
-from api.errors import error_middleware
+from api.errors import error_answer
 from api.hotboards import HotBoards
 from api.routes import add_routes, json
 from api.state import APP_STATE, ApiState
+from api.warm import ChangeFeed, WarmCache
 from common.boards import BoardsConfig
 from common.clock import Clock, system_ms
 from common.settings import Settings
 from common.store.keys import BoardKeys
+from common.store.pipe import RedisPipe
 
 _log = logging.getLogger(__name__)
+READS_NAME, CHANGES_NAME = "rankstream-api", "rankstream-api-changes"  # CLIENT LIST names
 # Of the shutdown deadline (api/main.py), kept for what comes after the cleanup steps below:
 EXIT_RESERVE_S = 0.5  # the interpreter's own exit after the last step (Kafka clients destroyed)
 REDIS_CLOSE_S = 0.5  # closing the Redis client, after the replay thread
 
 
 class InFlight:
-    """The requests being handled, counted by a middleware: the shutdown drains them."""
+    """The requests being handled, counted by the front middleware: the shutdown drains them."""
 
     def __init__(self) -> None:
         self.count = 0
-        self._idle = asyncio.Event()
-        self._idle.set()
+        self._idle: asyncio.Event | None = None  # made by a drain that waits
 
     def begin(self) -> None:
         self.count += 1
-        self._idle.clear()
 
     def end(self) -> None:
         self.count -= 1
-        if self.count == 0:
+        if self.count == 0 and self._idle is not None:
             self._idle.set()
 
     async def wait_idle(self, seconds: float) -> bool:
         """True once no request is in flight; False if some still are after `seconds`."""
+        if self.count == 0:
+            return True
+        self._idle = asyncio.Event()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._idle.wait(), seconds)
         return self.count == 0
@@ -59,14 +64,26 @@ class InFlight:
 IN_FLIGHT: web.AppKey[InFlight] = web.AppKey("rankstream_in_flight", InFlight)
 
 
-@web.middleware
-async def in_flight_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    tracker = request.app[IN_FLIGHT]
-    tracker.begin()
-    try:
-        return await handler(request)
-    finally:
-        tracker.end()
+def front_middleware(state: ApiState, tracker: InFlight) -> Middleware:
+    """One middleware, as each costs a coroutine per request: counts the request for the drain,
+    turns what the handler raised into a JSON error (api/errors.py), and times it by route."""
+    metrics = state.metrics
+
+    @web.middleware
+    async def front(request: web.Request, handler: Handler) -> web.StreamResponse:
+        tracker.begin()
+        started = time.perf_counter()
+        try:
+            try:
+                response = await handler(request)
+            except Exception as exc:  # noqa: BLE001 - every error becomes a JSON answer
+                response = error_answer(request, exc, metrics.redis_errors)
+            metrics.observe(request, response.status, time.perf_counter() - started)
+            return response
+        finally:
+            tracker.end()
+
+    return front
 
 
 async def livez(request: web.Request) -> web.Response:
@@ -77,8 +94,8 @@ async def readyz(request: web.Request) -> web.Response:
     """503 with per-board replay progress until every hot board is in memory."""
     state = request.app[APP_STATE]
     try:
-        redis_ok = bool(await state.redis.ping())
-    except (aioredis.ConnectionError, aioredis.TimeoutError):
+        redis_ok = await state.redis.call("PING") in {b"PONG", "PONG"}
+    except (redis.ConnectionError, redis.TimeoutError):
         redis_ok = False
     # Redis is reported, not required: without it only non-hot boards fail (503 per request),
     # while a node that took itself out of service would stop serving hot boards from memory too
@@ -100,9 +117,9 @@ async def follow_hot_boards(app: web.Application) -> AsyncIterator[None]:
             for board, hot in state.hot.boards.items():
                 state.metrics.replayed.labels(board).set(hot.replayed)
                 try:
-                    seq = int(await state.redis.get(BoardKeys(state.key_prefix, board).seq) or 0)
+                    seq = int(await state.redis.call("GET", BoardKeys(state.key_prefix, board).seq) or 0)
                     state.metrics.hot_lag.labels(board).set(max(seq - hot.seq, 0))
-                except (aioredis.ConnectionError, aioredis.TimeoutError):
+                except (redis.ConnectionError, redis.TimeoutError):
                     pass  # the lag is unknown while Redis is away; reads from memory go on
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stopping.wait(), 1.0)
@@ -124,6 +141,15 @@ async def follow_hot_boards(app: web.Application) -> AsyncIterator[None]:
         _log.warning("hot-board replay thread still blocked: abandoned")
 
 
+async def follow_changes(app: web.Application, feed: ChangeFeed) -> AsyncIterator[None]:
+    """The warm cache's change feed (api/warm.py), for the life of the app."""
+    stopping = asyncio.Event()
+    task = asyncio.create_task(feed.run(stopping))
+    yield
+    stopping.set()
+    await asyncio.wait({task}, timeout=app[APP_STATE].deadline.timeout(1.0, REDIS_CLOSE_S + EXIT_RESERVE_S))
+
+
 async def metrics(request: web.Request) -> web.Response:
     body = generate_latest(request.app[APP_STATE].metrics.registry)
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
@@ -139,29 +165,40 @@ async def openapi(request: web.Request) -> web.Response:
     return web.Response(body=openapi_json(), content_type="application/json")
 
 
-def create_app(
-    settings: Settings, boards: BoardsConfig, client: aioredis.Redis, clock: Clock = system_ms
-) -> web.Application:
+def create_app(settings: Settings, boards: BoardsConfig, clock: Clock = system_ms) -> web.Application:
+    client = RedisPipe(
+        settings.redis_url.get_secret_value(), connect_timeout=1, reply_timeout=2, name=READS_NAME
+    )
     state = ApiState(
         boards=boards,
         redis=client,
         key_prefix=settings.key_prefix,
-        top_cache=SingleFlightCache(settings.top_cache_ttl_s),
+        warm=WarmCache(0 if settings.top_cache_ttl_s == 0 else settings.warm_cache_entries, clock),
         hot=HotBoards(settings, boards, clock),
         max_future_skew_s=settings.max_future_skew_s,
         clock=clock,
     )
-    # outermost first: the drain counts every request; metrics see the status the error
-    # middleware turned an exception into
-    app = web.Application(middlewares=[in_flight_middleware, state.metrics.middleware(), error_middleware])
+    tracker = InFlight()
+    app = web.Application(middlewares=[front_middleware(state, tracker)])
     app[APP_STATE] = state
-    app[IN_FLIGHT] = InFlight()
+    app[IN_FLIGHT] = tracker
     app.router.add_get("/livez", livez)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/openapi.json", openapi)
     add_routes(app)
     app.cleanup_ctx.append(follow_hot_boards)
+    if state.warm.enabled:
+        feed = ChangeFeed(
+            settings.redis_url.get_secret_value(),
+            settings.key_prefix,
+            state.warm,
+            settings.warm_check_s,
+            client,
+            CHANGES_NAME,
+        )
+        app.cleanup_ctx.append(functools.partial(follow_changes, feed=feed))
+        state.metrics.watch_warm(state.warm, feed)
 
     async def close_redis(app: web.Application) -> None:
         closing = asyncio.ensure_future(client.aclose())

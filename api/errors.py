@@ -7,7 +7,7 @@ import logging
 import orjson
 import redis
 from aiohttp import web
-from aiohttp.typedefs import Handler
+from prometheus_client import Counter
 
 _log = logging.getLogger(__name__)
 
@@ -25,22 +25,19 @@ def error_response(status: int, code: str, message: str) -> web.Response:
     return web.Response(status=status, body=body, content_type="application/json")
 
 
-@web.middleware
-async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    try:
-        return await handler(request)
-    except ApiError as exc:
+def error_answer(request: web.Request, exc: Exception, redis_errors: Counter) -> web.Response:
+    """The JSON answer to a request whose handler raised `exc` (an HTTPException below 400, a
+    redirect, is raised again)."""
+    if isinstance(exc, ApiError):
         return error_response(exc.status, exc.code, exc.message)
-    except web.HTTPException as exc:
+    if isinstance(exc, web.HTTPException):
         if exc.status < 400:
-            raise
+            raise exc
         return error_response(exc.status, exc.reason.lower().replace(" ", "_"), exc.reason)
-    except (redis.ConnectionError, redis.TimeoutError) as exc:
-        from api.state import APP_STATE  # noqa: PLC0415 - state imports the cache; keep this module a leaf
-
-        request.app[APP_STATE].metrics.redis_errors.inc()
+    if isinstance(exc, redis.ConnectionError | redis.TimeoutError):
+        redis_errors.inc()
         _log.warning("redis unavailable", extra={"path": request.path, "error": str(exc)})
         return error_response(503, "redis_unavailable", "the leaderboard store is unreachable; retry")
-    except Exception:  # noqa: BLE001 - the last line of defence: a JSON 500, never a trace
-        _log.exception("unhandled error", extra={"path": request.path})
-        return error_response(500, "internal", "internal error")
+    # the last line of defence: a JSON 500, never a trace
+    _log.error("unhandled error", exc_info=exc, extra={"path": request.path})
+    return error_response(500, "internal", "internal error")

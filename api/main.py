@@ -33,7 +33,7 @@ import sys
 import threading
 import time
 
-import redis.asyncio as aioredis
+import uvloop
 from aiohttp import web
 from aiohttp.http_exceptions import BadHttpMessage
 
@@ -143,13 +143,10 @@ async def _serve(app: web.Application, settings: Settings) -> None:
 def run_api(settings: Settings) -> int:
     logging.getLogger("aiohttp.server").addFilter(_NoTraceForBadRequests())
     boards = load_boards(settings.boards)
-    client = aioredis.Redis.from_url(
-        settings.redis_url.get_secret_value(), socket_timeout=2, socket_connect_timeout=1
-    )
-    app = create_app(settings, boards, client)
+    app = create_app(settings, boards)
     state = app[APP_STATE]
     _log.info("api starting", extra={"port": settings.api_port})
-    asyncio.run(_serve(app, settings))
+    uvloop.run(_serve(app, settings))  # about a third less CPU per request (README "Read path")
     seconds = None
     if state.deadline.started.is_set():
         seconds = round(settings.shutdown_deadline_s - state.deadline.remaining(), 3)

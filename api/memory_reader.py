@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from api.hotboards import HotBoard
 from api.hotwindow import HotWindow
-from api.reader import Counted, Entry, Located, Lookup, Page
+from api.reader import Around, Counted, Entry, Located, Lookup, Page
 
 _EMPTY_CACHE: dict[tuple[bool, object], HotWindow] = {}
 
@@ -42,6 +42,17 @@ class MemoryBoardReader:
                 score, position, better = hit
                 found.append(Located(Entry(member, score, self._hot.meta.get(member)), position, better))
         return Lookup(len(self._window), self._hot.seq, found)
+
+    async def around(self, member: str, n: int, reverse: bool) -> Around:
+        found = (await self.locate([member], reverse)).found[0]
+        if found is None:
+            return Around(None, Page(len(self._window), self._hot.seq, []), 0)
+        start = max(found.position - n, 0)
+        page = await self.page(start, found.position + n + 1, reverse)
+        if start == found.position:
+            return Around(found, page, found.better)
+        ahead, _ = self._window.better_and_equal(page.entries[0].score, reverse)
+        return Around(found, page, ahead)
 
     async def count_between(self, low: str, high: str) -> Counted:
         return Counted(self._window.count_between(_bound(low), _bound(high)), self._hot.seq)

@@ -1,12 +1,15 @@
-"""The API's Prometheus metrics, and a middleware that times every request by route."""
+"""The API's Prometheus metrics (api/app.py's front middleware times every request by route)."""
 
 from __future__ import annotations
 
-import time
+from collections.abc import Iterable
 
 from aiohttp import web
-from aiohttp.typedefs import Handler
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from api.warm import ChangeFeed, WarmCache
 
 
 class ApiMetrics:
@@ -22,7 +25,6 @@ class ApiMetrics:
             buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
             registry=r,
         )
-        self.cache = Counter("rankstream_api_top_cache", "Top-page cache lookups", ["result"], registry=r)
         self.redis_errors = Counter("rankstream_api_redis_errors", "Requests failed by Redis", registry=r)
         self.hot_reads = Counter(
             "rankstream_api_hot_reads", "Reads answered from memory", ["board"], registry=r
@@ -40,16 +42,52 @@ class ApiMetrics:
             registry=r,
         )
         self.hot_ready = Gauge("rankstream_api_hot_ready", "1 once every hot board is in memory", registry=r)
+        self._series: dict[tuple[str, int], tuple[Histogram, Counter]] = {}
 
-    def middleware(self) -> web.middleware:  # type: ignore[valid-type]  # aiohttp's decorator type
-        @web.middleware
-        async def timed(request: web.Request, handler: Handler) -> web.StreamResponse:
-            started = time.perf_counter()
-            response = await handler(request)
-            info = request.match_info.route.resource
-            route = info.canonical if info is not None else "unmatched"
-            self.latency.labels(route).observe(time.perf_counter() - started)
-            self.requests.labels(route, str(response.status)).inc()
-            return response
+    def watch_warm(self, cache: WarmCache, feed: ChangeFeed) -> None:
+        """The warm cache's counters, read when /metrics is scraped (nothing per request)."""
+        self.registry.register(_WarmCollector(cache, feed))
 
-        return timed
+    def observe(self, request: web.Request, status: int, seconds: float) -> None:
+        """One request's latency and status, by route (the labelled series kept per route)."""
+        info = request.match_info.route.resource
+        route = info.canonical if info is not None else "unmatched"
+        series = self._series.get((route, status))
+        if series is None:
+            series = self._series[route, status] = (
+                self.latency.labels(route),
+                self.requests.labels(route, str(status)),
+            )
+        series[0].observe(seconds)
+        series[1].inc()
+
+
+class _WarmCollector(Collector):
+    def __init__(self, cache: WarmCache, feed: ChangeFeed) -> None:
+        self._cache, self._feed = cache, feed
+
+    def collect(self) -> Iterable[Metric]:
+        cache = self._cache
+        lookups = CounterMetricFamily(
+            "rankstream_api_warm_cache",
+            "Reads of non-hot boards: answered from memory (hit), read from Redis and kept (miss), "
+            "or joined an identical read in flight (coalesced)",
+            labels=["result"],
+        )
+        for result, value in (("hit", cache.hits), ("miss", cache.misses), ("coalesced", cache.coalesced)):
+            lookups.add_metric([result], value)
+        yield lookups
+        yield GaugeMetricFamily("rankstream_api_warm_cache_entries", "Answers kept", value=cache.size)
+        yield GaugeMetricFamily(
+            "rankstream_api_warm_cache_live", "1 while the change feed is subscribed", value=int(cache.live)
+        )
+        yield CounterMetricFamily(
+            "rankstream_api_warm_subscriptions",
+            "Change feed (re)subscriptions",
+            value=self._feed.subscriptions,
+        )
+        yield CounterMetricFamily(
+            "rankstream_api_warm_missed_changes",
+            "Boards dropped by the seq check (a change notice lost) or seen with a gap in their notices",
+            value=cache.checks_dropped + cache.gaps,
+        )

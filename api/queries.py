@@ -48,12 +48,12 @@ async def member_answer(reader: BoardReader, target: Target, member: str) -> dic
 
 
 async def around_answer(reader: BoardReader, target: Target, member: str, n: int) -> dict[str, Any]:
-    found = (await reader.locate([member], target.reverse)).found[0]
-    if found is None:
+    got = await reader.around(member, n, target.reverse)  # one read: one seq
+    if got.found is None:
         raise ApiError(404, "member_not_found", f"{member!r} is not on this board")
-    start = max(found.position - n, 0)  # clamped at the top; the page call clamps the bottom
-    page, ranks = await ranked_page(reader, target, start, found.position + n + 1 - start)
-    return top_answer(target, page, ranks, reader.source)
+    start = max(got.found.position - n, 0)  # clamped at the top; the page is clamped at the bottom
+    ranks = page_ranks(start, [e.score for e in got.page.entries], got.ahead, target.ties)
+    return top_answer(target, got.page, ranks, reader.source)
 
 
 async def lookup_answer(reader: BoardReader, target: Target, members: list[str]) -> dict[str, Any]:

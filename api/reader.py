@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from common.store.reads import Counted, Entry, Located, Lookup, Page
+from common.store.reads import Around, Counted, Entry, Located, Lookup, Page
 
-__all__ = ["BoardReader", "Counted", "Entry", "Located", "Lookup", "Page"]
+__all__ = ["Around", "BoardReader", "Counted", "Entry", "Located", "Lookup", "Page"]
 
 
 class BoardReader(Protocol):
@@ -18,6 +18,10 @@ class BoardReader(Protocol):
     async def page(self, start: int, stop: int, reverse: bool) -> Page: ...
 
     async def locate(self, members: list[str], reverse: bool) -> Lookup: ...
+
+    async def around(self, member: str, n: int, reverse: bool) -> Around:
+        """`member` and the n rows above and below it in the view, as of one seq."""
+        ...
 
     async def count_between(self, low: str, high: str) -> Counted:
         """Members with low <= score <= high; bounds in Redis syntax (`-inf`, `(5`, `10`)."""

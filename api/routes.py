@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
 from api import queries
 from api.errors import ApiError
@@ -18,6 +21,7 @@ from common.store.keys import BoardKeys
 
 # any segment reaches the handler, so a malformed id gets its own 400 rather than a route miss
 ROUTE_PREFIX = "/v1/boards/{board:[^/]+}"
+MAX_READERS = 10_000  # Redis readers kept, one per (board, window instance) read
 
 
 def json(body: dict[str, Any], status: int = 200) -> web.Response:
@@ -33,47 +37,79 @@ def reader_for(request: web.Request, where: Target) -> BoardReader:
             raise ApiError(503, "warming_up", "this node is still loading the board into memory")
         state.metrics.hot_reads.labels(where.board).inc()
         return MemoryBoardReader(hot, where.instance)
-    keys = BoardKeys(state.key_prefix, where.board)
-    return RedisBoardReader(state.redis, keys, where)
+    known = state.redis_readers.get((where.board, where.instance))
+    if known is None:
+        if len(state.redis_readers) >= MAX_READERS:
+            state.redis_readers.clear()  # cheaper per read than an LRU; rebuilt as they are read
+        keys = BoardKeys(state.key_prefix, where.board)
+        known = state.redis_readers[where.board, where.instance] = RedisBoardReader(state.redis, keys, where)
+    return known
 
 
+def warm(handler: Handler) -> Handler:
+    """A GET route whose answers of non-hot boards the warm cache keeps (api/warm.py): an
+    answer kept for this very request (path and query) is served as it is."""
+
+    @functools.wraps(handler)
+    async def serve(request: web.Request) -> web.StreamResponse:
+        found = request.app[APP_STATE].warm.get(request.raw_path)
+        if found is not None:
+            return web.Response(body=found.body, content_type="application/json")
+        return await handler(request)
+
+    return serve
+
+
+async def answer(
+    request: web.Request, where: Target, reader: BoardReader, build: Callable[[], Awaitable[dict[str, Any]]]
+) -> web.Response:
+    """`build()`'s answer; from Redis, kept by the warm cache unless the request says nocache=1."""
+    state = request.app[APP_STATE]
+    if reader.source == "redis" and request.query.get("nocache") != "1":
+
+        async def read() -> tuple[bytes, int]:
+            body = await build()
+            return orjson.dumps(body), int(body["seq"])
+
+        kept = await state.warm.load(request.raw_path, where.board, where.until_ms, read)
+        if kept is not None:
+            return web.Response(body=kept.body, content_type="application/json")
+    return json(await build())
+
+
+@warm
 async def top(request: web.Request) -> web.Response:
     where = target(request)
     limit = int_param(request, "limit", 10, 1, MAX_LIMIT)
     offset = int_param(request, "offset", 0, 0, 10**9)
     me = member_id(request.query["me"]) if "me" in request.query else None
     reader = reader_for(request, where)
-    state = request.app[APP_STATE]
-    if reader.source == "redis" and request.query.get("nocache") != "1":
-        key = (where.board, where.instance, where.reverse, where.ties, offset, limit)
+    if reader.source == "memory" and me is None and not where.trend:
+        body = await _hot_page(request, where, reader, offset, limit)
+        return web.Response(body=body, content_type="application/json")
 
-        async def load() -> tuple[dict[str, Any], bytes]:
-            page, ranks = await queries.ranked_page(reader, where, offset, limit)
-            answer = queries.top_answer(where, page, ranks, reader.source)
-            return answer, orjson.dumps(answer)  # a hit serves these bytes as they are
-
-        (answer, raw), hit = await state.top_cache.get(key, load)
-        state.metrics.cache.labels("hit" if hit else "miss").inc()
-    elif reader.source == "memory":
-        # keyed by the board's version: any change makes a new key, so a page is never stale
-        hot = state.hot.boards[where.board]
-        hot_key = (where.board, where.instance, where.reverse, where.ties, offset, limit, hot.version)
-        cached = state.hot_pages.get(hot_key)
-        if cached is None:
-            page, ranks = await queries.ranked_page(reader, where, offset, limit)
-            answer = queries.top_answer(where, page, ranks, reader.source)
-            cached = state.hot_pages[hot_key] = (answer, orjson.dumps(answer))
-        answer, raw = cached
-    else:
+    async def build() -> dict[str, Any]:
         page, ranks = await queries.ranked_page(reader, where, offset, limit)
-        answer = queries.top_answer(where, page, ranks, reader.source)
-        raw = b""
-    if me is None and raw and not where.trend:
-        return web.Response(body=raw, content_type="application/json")
-    body = dict(answer)
-    if me is not None:
-        body["me"] = await queries.me_item(reader, where, me)
-    return json(await _trend(request, where, body))
+        body = queries.top_answer(where, page, ranks, reader.source)
+        if me is not None:
+            body["me"] = await queries.me_item(reader, where, me)
+        return await _trend(request, where, body)
+
+    return await answer(request, where, reader, build)
+
+
+async def _hot_page(
+    request: web.Request, where: Target, reader: BoardReader, offset: int, limit: int
+) -> bytes:
+    """A hot board's page, serialised once per version of the board: never stale."""
+    state = request.app[APP_STATE]
+    hot = state.hot.boards[where.board]
+    key = (where.board, where.instance, where.reverse, where.ties, offset, limit, hot.version)
+    cached = state.hot_pages.get(key)
+    if cached is None:
+        page, ranks = await queries.ranked_page(reader, where, offset, limit)
+        cached = state.hot_pages[key] = orjson.dumps(queries.top_answer(where, page, ranks, reader.source))
+    return cached
 
 
 async def _trend(request: web.Request, where: Target, body: dict[str, Any]) -> dict[str, Any]:
@@ -84,21 +120,29 @@ async def _trend(request: web.Request, where: Target, body: dict[str, Any]) -> d
     return await queries.with_trend(previous, where, body)
 
 
+@warm
 async def member(request: web.Request) -> web.Response:
     where = target(request)
     name = member_id(request.match_info["member"])
-    return json(
-        await _trend(request, where, await queries.member_answer(reader_for(request, where), where, name))
-    )
+    reader = reader_for(request, where)
+
+    async def build() -> dict[str, Any]:
+        return await _trend(request, where, await queries.member_answer(reader, where, name))
+
+    return await answer(request, where, reader, build)
 
 
+@warm
 async def around(request: web.Request) -> web.Response:
     where = target(request)
     name = member_id(request.match_info["member"])
     n = int_param(request, "n", 5, 0, MAX_AROUND)
-    return json(
-        await _trend(request, where, await queries.around_answer(reader_for(request, where), where, name, n))
-    )
+    reader = reader_for(request, where)
+
+    async def build() -> dict[str, Any]:
+        return await _trend(request, where, await queries.around_answer(reader, where, name, n))
+
+    return await answer(request, where, reader, build)
 
 
 async def lookup(request: web.Request) -> web.Response:
@@ -118,19 +162,23 @@ async def lookup(request: web.Request) -> web.Response:
     )
 
 
+@warm
 async def count(request: web.Request) -> web.Response:
     where = target(request)
     low = score_param(request, "min", float("-inf"))
     high = score_param(request, "max", float("inf"))
-    return json(await queries.count_answer(reader_for(request, where), where, low, high))
+    reader = reader_for(request, where)
+    return await answer(request, where, reader, lambda: queries.count_answer(reader, where, low, high))
 
 
+@warm
 async def rank(request: web.Request) -> web.Response:
     where = target(request)
     score = score_param(request, "score")
     if score in (float("inf"), float("-inf")):
         raise ApiError(400, "bad_parameter", "score must be finite")
-    return json(await queries.rank_answer(reader_for(request, where), where, score))
+    reader = reader_for(request, where)
+    return await answer(request, where, reader, lambda: queries.rank_answer(reader, where, score))
 
 
 def add_routes(app: web.Application) -> None:

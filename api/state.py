@@ -3,32 +3,37 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import redis.asyncio as aioredis
 from aiohttp import web
 from cachetools import LRUCache
 
-from api.cache import SingleFlightCache
 from api.hotboards import HotBoards
 from api.metrics import ApiMetrics
+from api.warm import WarmCache
 from common.boards import BoardsConfig
 from common.clock import Clock, system_ms
 from common.deadline import Deadline
+from common.store.pipe import RedisPipe
+
+if TYPE_CHECKING:  # it reads a Target, whose parsing reads this state
+    from api.redis_reader import RedisBoardReader
 
 
 @dataclass
 class ApiState:
     boards: BoardsConfig
-    redis: aioredis.Redis
+    redis: RedisPipe  # the API's pipelined Redis connection
     key_prefix: str
-    top_cache: SingleFlightCache[Any]
+    warm: WarmCache  # answers of non-hot boards (api/warm.py)
     hot: HotBoards
     max_future_skew_s: int  # bounds at= and period= like event times (CONTRACT 2)
     clock: Clock = system_ms  # the service's clock (common/clock.py)
     metrics: ApiMetrics = field(default_factory=ApiMetrics)
-    # serialised top pages of hot boards by (board, instance, view, page, seq): never stale
-    hot_pages: LRUCache[Any, tuple[dict[str, Any], bytes]] = field(default_factory=lambda: LRUCache(4096))
+    # serialised top pages of hot boards by (board, instance, view, page, version): never stale
+    hot_pages: LRUCache[Any, bytes] = field(default_factory=lambda: LRUCache(4096))
+    # a Redis reader per (board, window instance) read lately (api/routes.py reader_for)
+    redis_readers: dict[tuple[str, str], RedisBoardReader] = field(default_factory=dict)
     # started by SIGTERM/SIGINT (api/main.py): the drain and every cleanup step wait within it
     deadline: Deadline = field(default_factory=Deadline)
 

@@ -39,7 +39,6 @@ from pathlib import Path
 from typing import Any, cast
 
 import redis
-import redis.asyncio as aioredis
 
 from bench.common import REPO, Result, env_int, say
 from bench.harness.processes import fork_all
@@ -52,6 +51,7 @@ from common.store import reads, scan
 from common.store.apply import ApplyScript
 from common.store.encoding import tie_mode
 from common.store.keys import BoardKeys, window_instance
+from common.store.pipe import RedisPipe
 from rankstream.stack import LocalRedis, free_port
 from worker.apply import MAX_EVENTS_PER_CALL, Applier, Position, Source
 from worker.rolling import PAGE, RollingPreparer
@@ -240,7 +240,7 @@ async def _read_top(
     port: int, clock: Callable[[], int], until: Callable[[], bool]
 ) -> tuple[list[float], int]:
     """The current period's top 10 every READ_EVERY_MS until `until()`: latencies (ms), short pages."""
-    client = aioredis.Redis(port=port, client_name="reader")
+    client = RedisPipe(f"redis://127.0.0.1:{port}/0")
     mode, latencies, short = tie_mode(BOARDS.types[BIG_TYPE]), [], 0
     try:
         while not until():

@@ -60,6 +60,14 @@ class Settings(BaseModel):
     shutdown_deadline_s: float = Field(default=20.0, gt=0)
     api_host: str = "0.0.0.0"  # noqa: S104 - a server in a pod listens on every interface
     api_port: int = Field(default=8080, ge=0, le=65535)
+    # The warm cache of non-hot boards' answers (api/warm.py): how many it keeps (0: off), and
+    # how often a node checks the seq of the boards it keeps (the bound on staleness when a
+    # change notice is lost).
+    warm_cache_entries: int = Field(default=10_000, ge=0, le=10_000_000)
+    warm_check_s: float = Field(default=1.0, gt=0, le=60)
+    # Deprecated: the 1 s TTL cache the warm cache replaced. Accepted so deployments that set it
+    # still start; 0 turns the warm cache off (as it turned the TTL cache off), other values do
+    # nothing.
     top_cache_ttl_s: float = Field(default=1.0, ge=0)
     log_level: str = "INFO"
     # librdkafka pass-through: RANKSTREAM_KAFKA_SASL_MECHANISMS=PLAIN -> sasl.mechanisms=PLAIN

@@ -17,7 +17,6 @@ from contextlib import contextmanager
 from typing import Any
 
 import redis
-import redis.asyncio as aioredis
 from aiohttp.test_utils import TestClient, TestServer
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -92,8 +91,7 @@ def api_call(settings: Settings, method: str, path: str, **kwargs: Any) -> tuple
     """One request against the real API app on real Redis: (status, JSON body)."""
 
     async def go() -> tuple[int, Any]:
-        client = aioredis.Redis.from_url(settings.redis_url.get_secret_value())
-        app = create_app(settings, load_boards(settings.boards), client)
+        app = create_app(settings, load_boards(settings.boards))
         async with TestClient(TestServer(app)) as http:
             # like Kubernetes: no request before the node is ready (hot boards replayed)
             deadline = time.monotonic() + 60

@@ -37,11 +37,9 @@ def node_env(settings: Settings, **extra: str) -> dict[str, str]:
 
 
 def start_api(group: Children, name: str, settings: Settings) -> tuple[Child, str]:
-    """An API node on a free port (top cache TTL 1 s); (the process, its base URL)."""
+    """An API node on a free port, warm cache on (the default); (the process, its base URL)."""
     port = free_port()
-    env = node_env(
-        settings, RANKSTREAM_API_PORT=str(port), RANKSTREAM_API_HOST=HOST, RANKSTREAM_TOP_CACHE_TTL_S="1"
-    )
+    env = node_env(settings, RANKSTREAM_API_PORT=str(port), RANKSTREAM_API_HOST=HOST)
     child = group.spawn(name, [sys.executable, "-m", "rankstream.cli", "api"], env)
     return child, f"http://{HOST}:{port}"
 

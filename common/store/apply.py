@@ -32,7 +32,7 @@ from common.store.scripts import ArgT, Call, load_script
 KEY = ("SEQ", "META", "FENCE", "IDW")  # the board's keys, then INST per instance
 INST = ("RANK", "OVERFLOW", "STATE", "INDEX", "RESET", "PREP")
 H = ("W", "E", "MODE", "DESC", "MAXM", "STATE", "EPOCH", "WINDOW", "CAP", "LEGACY_TTL", "S",
-     "LOW", "HIGH", "INTEGRAL", "INDEX")  # ARGV header  # fmt: skip
+     "LOW", "HIGH", "INTEGRAL", "INDEX", "NOTIFY", "BOARD")  # ARGV header  # fmt: skip
 SRC = ("FIELD", "TOPIC", "LOW")  # ARGV per source, after the header; then IA per instance
 # ARGV per instance, after the sources: BITS -1 = general layout; ROLE and the rest: Rolling below
 IA = ("EXPIRE", "BITS", "BASE", "ROLE", "GROUP", "FROM", "OLD", "NEW", "KEEP", "SEAL")
@@ -203,6 +203,9 @@ class ApplyScript:
             "HIGH": EXACT_MAX if req.score_range is None else req.score_range[1],
             "INTEGRAL": "0" if req.score_range is None else "1",
             "INDEX": "1" if req.tie_index else "0",
+            # a call that changed the board tells the API nodes (api/warm.py): PUBLISH on this
+            "NOTIFY": keys.changes,
+            "BOARD": keys.board,
         }
         args: list[ArgT] = [header[name] for name in H]
         for source in req.sources:

@@ -48,6 +48,9 @@ board lives in one Cluster slot and one script may touch all of it.
                                        (the period's end + late grace + a settle margin)
     <prefix>{results}:emitter           the worker that emits results: its transactional id, a lease
 
+    <prefix>changes                    a pub/sub channel, not a key: "<seq before> <seq after>
+                                       <board>" for each apply call that changed a board
+
     <prefix>{owners:<group>}:<topic>   hash partition -> transactional id of the worker that
                                        last took it (worker/fencing.py)
     <prefix>{sources:<group>}:<topic>  hash: `epoch` -> this Redis dataset's epoch; per partition
@@ -94,6 +97,12 @@ def window_instance(window: str, period: str | None) -> str:
     return TOTAL_INSTANCE if period is None else f"{window}:{period}"
 
 
+def changes_channel(prefix: str) -> str:
+    """apply.lua publishes "<seq before> <seq after> <board>" here when a call changed a board:
+    API nodes drop what they cached of it (api/warm.py)."""
+    return f"{prefix}changes"
+
+
 @dataclass(frozen=True, slots=True)
 class BoardKeys:
     prefix: str
@@ -106,6 +115,11 @@ class BoardKeys:
     @property
     def seq(self) -> str:
         return f"{self.tag}:seq"
+
+    @property
+    def changes(self) -> str:
+        """The pub/sub channel of changed boards (not a key; one for every board of the prefix)."""
+        return changes_channel(self.prefix)
 
     @property
     def meta(self) -> str:

@@ -15,11 +15,11 @@ from importlib import resources
 from typing import Any
 
 import redis
-import redis.asyncio as aioredis
 from redis.exceptions import NoScriptError
 
 from common.store.encoding import EXACT_MAX, TIE_MAX, TIE_WIDTH, Status
 from common.store.keys import INDEX_EXPIRY_SPREAD_MS
+from common.store.pipe import RedisPipe
 
 KeyT = str | bytes
 ArgT = str | bytes | int | float
@@ -62,13 +62,14 @@ class LuaScript:
                 raise result
         return results
 
-    async def run_async(self, client: aioredis.Redis, keys: Sequence[KeyT], args: Sequence[ArgT]) -> Any:
-        """One call from asyncio code; NOSCRIPT means it did not run, so load and send again."""
+    async def run_pipe(self, pipe: RedisPipe, keys: Sequence[KeyT], args: Sequence[ArgT]) -> Any:
+        """One call from asyncio code, on the API's pipelined connection (common/store/pipe.py);
+        NOSCRIPT means it did not run, so load and send again."""
         try:
-            return await client.evalsha(self.sha, len(keys), *keys, *args)
+            return await pipe.send("EVALSHA", self.sha, len(keys), *keys, *args)
         except NoScriptError:
-            await client.script_load(self.source)
-            return await client.evalsha(self.sha, len(keys), *keys, *args)
+            await pipe.send("SCRIPT", "LOAD", self.source)
+            return await pipe.send("EVALSHA", self.sha, len(keys), *keys, *args)
 
     def _pipeline(self, client: redis.Redis, calls: Sequence[Call]) -> list[Any]:
         pipe = client.pipeline(transaction=False)

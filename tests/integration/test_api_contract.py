@@ -1,6 +1,6 @@
 """The HTTP contract: the spec holds for every answer (schemathesis against a live server on
-real Redis), bad input is a 4xx JSON error, Redis down is a 503, the top cache makes one Redis
-call per burst, metrics count routes, and SIGTERM drains requests in flight."""
+real Redis), bad input is a 4xx JSON error, Redis down is a 503, metrics count routes, and
+SIGTERM drains requests in flight. The warm cache: test_warm_cache.py."""
 
 from __future__ import annotations
 
@@ -20,14 +20,12 @@ from typing import Any
 import orjson
 import pytest
 import redis
-import redis.asyncio as aioredis
 from aiohttp.test_utils import TestClient, TestServer
 
 from api.app import create_app
 from common.boards import load_boards
 from common.events import Op, UpdateEvent
 from common.settings import Settings
-from common.store.reads import TOP
 from rankstream.stack import free_port
 from rankstream.topics import ensure_topics
 from tests.helpers import backfill, http_status, wait_for
@@ -188,9 +186,9 @@ def test_bad_lookup_bodies_get_json_errors(api_server, body, code):
     assert orjson.loads(info.value.read())["error"]["code"] == code
 
 
-def in_process(settings: Settings, client: aioredis.Redis, requests: Any) -> Any:
+def in_process(settings: Settings, requests: Any) -> Any:
     async def go() -> Any:
-        app = create_app(settings, load_boards(settings.boards), client)
+        app = create_app(settings, load_boards(settings.boards))
         async with TestClient(TestServer(app)) as http:
             return await requests(http)
 
@@ -199,7 +197,6 @@ def in_process(settings: Settings, client: aioredis.Redis, requests: Any) -> Any
 
 def test_redis_unreachable_is_a_503_not_a_trace(make_settings):
     settings = make_settings(redis_url=f"redis://127.0.0.1:{free_port()}/0")
-    client = aioredis.Redis.from_url(settings.redis_url.get_secret_value(), socket_connect_timeout=0.5)
 
     async def requests(http: TestClient[Any, Any]) -> list[tuple[int, Any]]:
         out = []
@@ -210,50 +207,11 @@ def test_redis_unreachable_is_a_503_not_a_trace(make_settings):
         out.append((0, "rankstream_api_redis_errors_total 2.0" in metrics))
         return out
 
-    (s1, b1), (s2, b2), (s3, _), (_, counted) = in_process(settings, client, requests)
+    (s1, b1), (s2, b2), (s3, _), (_, counted) = in_process(settings, requests)
     assert (s1, b1["error"]["code"]) == (503, "redis_unavailable")
     assert (s2, b2["error"]["code"]) == (503, "redis_unavailable")
     assert s3 == 200  # alive: only Redis-backed answers fail
     assert counted
-
-
-def evalsha_calls(client: redis.Redis) -> int:
-    stats = client.info("commandstats")
-    return int(stats.get("cmdstat_evalsha", {}).get("calls", 0))
-
-
-def test_top_cache_single_flight_ttl_and_bypass(make_settings, rclient):
-    settings = make_settings(top_cache_ttl_s=1.0)
-    fill(settings, rclient)
-    client = aioredis.Redis.from_url(settings.redis_url.get_secret_value())
-    url = "/v1/boards/gift:room7/top?limit=5"  # not hot: its top pages are cached
-
-    async def requests(http: TestClient[Any, Any]) -> dict[str, int]:
-        calls: dict[str, int] = {}
-        # loaded beforehand: in a fresh Redis the first EVALSHA is refused (NOSCRIPT) and resent,
-        # which Redis counts as two calls
-        rclient.script_load(TOP.source)
-        before = evalsha_calls(rclient)
-        bodies = await asyncio.gather(*(http.get(url) for _ in range(50)))
-        assert all(r.status == 200 for r in bodies)
-        calls["burst"] = evalsha_calls(rclient) - before
-        before = evalsha_calls(rclient)
-        await asyncio.gather(*(http.get(url) for _ in range(20)))
-        calls["within_ttl"] = evalsha_calls(rclient) - before
-        before = evalsha_calls(rclient)
-        for _ in range(3):
-            await http.get(url + "&nocache=1")
-        calls["nocache"] = evalsha_calls(rclient) - before
-        await asyncio.sleep(1.1)
-        before = evalsha_calls(rclient)
-        await http.get(url)
-        calls["after_ttl"] = evalsha_calls(rclient) - before
-        metrics = await (await http.get("/metrics")).text()
-        calls["hits_metric"] = int('rankstream_api_top_cache_total{result="hit"} 69.0' in metrics)
-        return calls
-
-    calls = in_process(settings, client, requests)
-    assert calls == {"burst": 1, "within_ttl": 0, "nocache": 3, "after_ttl": 1, "hits_metric": 1}
 
 
 def test_metrics_count_requests_by_route(api_server):

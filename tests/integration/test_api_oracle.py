@@ -11,7 +11,6 @@ from typing import Any
 
 import orjson
 import pytest
-import redis.asyncio as aioredis
 from aiohttp.test_utils import TestClient, TestServer
 
 from api.app import create_app
@@ -40,7 +39,7 @@ def written(make_settings, tmp_path, rclient):
     """20k events applied through the worker's Applier; the model of the same stream."""
     path = tmp_path / "boards.yaml"
     path.write_text(ORACLE_BOARDS_RANGED)
-    settings = make_settings(boards=path, top_cache_ttl_s=0)
+    settings = make_settings(boards=path)
     boards = load_boards(path)
     start = now_ms()
     messages = list(generate(seed=21, total=20_000, now_ms=start, boards=[*BOARDS, *RANGED_BOARDS]))
@@ -176,8 +175,7 @@ def test_every_route_matches_the_model(written):
     rng = random.Random(5)
 
     async def go() -> int:
-        client = aioredis.Redis.from_url(settings.redis_url.get_secret_value())
-        app = create_app(settings, load_boards(settings.boards), client)
+        app = create_app(settings, load_boards(settings.boards))
         async with TestClient(TestServer(app)) as http:
             total = 0
             for board in [*BOARDS, *RANGED_BOARDS, "gift:empty-room"]:

@@ -13,7 +13,6 @@ from typing import Any, cast
 
 import pytest
 import redis
-import redis.asyncio as aioredis
 from aiohttp.test_utils import TestClient, TestServer
 from confluent_kafka import Producer
 
@@ -148,8 +147,7 @@ class NodeRunner:
         self._thread.start()
 
         async def start() -> None:
-            client = aioredis.Redis.from_url(self.settings.redis_url.get_secret_value())
-            self.app = create_app(self.settings, load_boards(self.settings.boards), client)
+            self.app = create_app(self.settings, load_boards(self.settings.boards))
             self.client = TestClient(TestServer(self.app))
             await self.client.start_server()
 

@@ -8,7 +8,6 @@ import random
 from typing import Any
 
 import pytest
-import redis.asyncio as aioredis
 from aiohttp.test_utils import TestClient, TestServer
 
 from api.app import create_app
@@ -35,7 +34,7 @@ def test_memory_and_redis_answer_every_route_identically(make_settings, tmp_path
     cold_path, hot_path = tmp_path / "cold.yaml", tmp_path / "hot.yaml"
     cold_path.write_text(CONFIG)
     hot_path.write_text(CONFIG + HOT)
-    hot = make_settings(boards=hot_path, top_cache_ttl_s=0)
+    hot = make_settings(boards=hot_path)
     cold = hot.model_copy(update={"boards": cold_path})
     ensure_topics(hot)
     rng = random.Random(9)
@@ -66,8 +65,7 @@ def test_memory_and_redis_answer_every_route_identically(make_settings, tmp_path
     lookups = [("gift:h", [f"m{i}" for i in range(0, 150, 3)]), ("score:h", ["m1", "ghost", "m2"])]
 
     async def answers(settings: Any) -> list[Any]:
-        client = aioredis.Redis.from_url(settings.redis_url.get_secret_value())
-        app = create_app(settings, load_boards(settings.boards), client)
+        app = create_app(settings, load_boards(settings.boards))
         out = []
         async with TestClient(TestServer(app)) as http:
             while (await http.get("/readyz")).status != 200:  # noqa: ASYNC110 - polling a probe, as Kubernetes does

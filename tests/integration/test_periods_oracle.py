@@ -18,7 +18,6 @@ from typing import Any, TypeVar
 
 import pytest
 import redis
-import redis.asyncio as aioredis
 import yaml
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
@@ -76,8 +75,7 @@ class ApiNode:
         self._thread.start()
 
         async def start() -> None:
-            client = aioredis.Redis.from_url(self.settings.redis_url.get_secret_value())
-            self.app = create_app(self.settings, load_boards(self.settings.boards), client, clock=self.clock)
+            self.app = create_app(self.settings, load_boards(self.settings.boards), clock=self.clock)
             self.http = TestClient(TestServer(self.app))
             await self.http.start_server()
 

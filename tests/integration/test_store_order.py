@@ -14,7 +14,6 @@ import itertools
 import uuid
 
 import pytest
-import redis.asyncio as aioredis
 from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
@@ -25,6 +24,7 @@ from common.store import reads
 from common.store.apply import ApplyEvent, ApplyRequest, ApplyScript, ForeignEpoch, Instance
 from common.store.encoding import EXACT_MAX, TIE_MAX, Packing, Status, TieMode, format_score
 from common.store.keys import BoardKeys
+from common.store.pipe import RedisPipe
 
 pytestmark = pytest.mark.integration
 
@@ -69,7 +69,7 @@ async def compare(url: str, ref: reads.WindowRef, rows: dict[str, tuple[float, i
     for seq, (member, (score, tie)) in enumerate(rows.items()):
         memory.put(member, score, tie, seq)
     memory.finish_loading()
-    client = aioredis.Redis.from_url(url)
+    client = RedisPipe(url)
     try:
         n = len(rows)
         for reverse in (False, True):

@@ -9,13 +9,13 @@ import asyncio
 import uuid
 
 import pytest
-import redis.asyncio as aioredis
 
 from common.idwindow import fingerprint
 from common.store import reads, scan
 from common.store.apply import ApplyEvent, ApplyRequest, ApplyScript, FenceSource, ForeignEpoch, Instance
 from common.store.encoding import TIE_WIDTH, MemberState, Packing, Status, TieMode
 from common.store.keys import BoardKeys
+from common.store.pipe import RedisPipe
 
 pytestmark = pytest.mark.integration
 
@@ -98,7 +98,7 @@ def test_top_and_locate_read_the_rank_then_the_overflow_zset(rclient, keys, sett
     ref = reads.WindowRef(keys, "total", True, TieMode.INV)
 
     async def go() -> None:
-        client = aioredis.Redis.from_url(settings.redis_url.get_secret_value())
+        client = RedisPipe(settings.redis_url.get_secret_value())
         try:
             page = await reads.top(client, ref, 1, 3, reverse=False)
             assert (page.total, page.seq) == (3, 3)

@@ -12,7 +12,6 @@ import uuid
 from typing import Any
 
 import pytest
-import redis.asyncio as aioredis
 
 from common.boards import parse_boards
 from common.events import Op, UpdateEvent
@@ -21,6 +20,7 @@ from common.store import reads, scan
 from common.store.apply import ApplyEvent, ApplyRequest, ApplyScript, FenceSource, Instance
 from common.store.encoding import MemberState, Status, TieMode
 from common.store.keys import BoardKeys, index_expiry
+from common.store.pipe import RedisPipe
 from tests.redis_layout import TIE_MAX, index_keys, read_general
 from worker.apply import Applier
 
@@ -106,7 +106,7 @@ def test_the_tie_index_splits_into_small_buckets_and_stays_exact(rclient, settin
     ref = reads.WindowRef(keys, "day:2026-11-22", True, TieMode.INV)
 
     async def go() -> None:
-        client = aioredis.Redis.from_url(settings.redis_url.get_secret_value())
+        client = RedisPipe(settings.redis_url.get_secret_value())
         try:
             members = [*sorted(model), "nobody"]
             found = await reads.locate(client, ref, members, reverse=False)
@@ -155,7 +155,7 @@ def test_an_instance_with_a_state_hash_keeps_it(rclient, settings, keys):
     ref = reads.WindowRef(keys, "total", True, TieMode.INV)
 
     async def go() -> None:
-        client = aioredis.Redis.from_url(settings.redis_url.get_secret_value())
+        client = RedisPipe(settings.redis_url.get_secret_value())
         try:
             found = await reads.locate(client, ref, ["new", "old"], reverse=False)
             assert [(f.entry.score, f.position) for f in found.found if f] == [(1, 1), (7, 0)]

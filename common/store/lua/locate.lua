@@ -2,13 +2,16 @@
 --! include encoding
 --! include xhash
 --! include tieindex
+--! include page
 -- KEYS (positions in K, ARGV in A; common/store/reads.py): rank zset, overflow zset, the
 --       previous release's state hash, tie index directory, meta hash, board seq. ARGV: desc
 --       1|0, reverse 1|0, tie mode inv|fwd|none, the packing (tie bits, -1 = the general
---       layout; the ms ties count from), then the members.
+--       layout; the ms ties count from), around (-1: no page; n: the page of the n rows above
+--       and below the first member), the tie prefix's length (for that page), then the members.
 -- Returns {total, seq, then per member (positions in M): state ('' if absent), position
 -- (0-based in the view, -1 if absent), strictly-better count in the view (-1 if absent), meta
--- ('' if none)}.
+-- ('' if none)}; with around >= 0, then the page as top.lua returns it (n = 0: the first
+-- member is absent), and its first row's strictly-better count (shared ranks start there).
 local desc, reverse, mode = ARGV[A.DESC] == '1', ARGV[A.REVERSE] == '1', ARGV[A.MODE]
 local packing = ENC.packing(tonumber(ARGV[A.BITS]), tonumber(ARGV[A.BASE]), mode)
 local RK, OV = KEYS[K.RANK], KEYS[K.OVERFLOW]
@@ -63,6 +66,8 @@ local function natural_position(m)
   return R + rank
 end
 
+local around = tonumber(ARGV[A.AROUND])
+local first  -- the first member's position and score text, for the page around it
 local out = {total, tonumber(redis.call('GET', KEYS[K.SEQ]) or '0')}
 for k = A._N + 1, #ARGV do
   local member = ARGV[k]
@@ -77,7 +82,28 @@ for k = A._N + 1, #ARGV do
     local better = redis.call('ZCOUNT', RK, lo, hi) + redis.call('ZCOUNT', OV, lo, hi)
     row[M.STATE], row[M.POSITION], row[M.BETTER] = state, pos, better
     row[M.META] = redis.call('HGET', KEYS[K.META], member) or ''
+    if k == A._N + 1 then first = {pos, score, better} end
   end
   for j = 1, M._N do out[#out + 1] = row[j] end
+end
+if around >= 0 then
+  local members, scores = {}, {}
+  local start = 0
+  if first then
+    start = math.max(first[1] - around, 0)
+    members, scores = PAGE.rows(RK, OV, R, O, start, first[1] + around + 1, high_first, reverse,
+      tonumber(ARGV[A.PLEN]))
+  end
+  PAGE.append(out, members, scores, KEYS[K.META])
+  -- shared ranks: members strictly ahead of the page's first row (its zset score, maybe packed)
+  local ahead = 0
+  if #members > 0 then
+    if start == first[1] then ahead = first[3]
+    else
+      local lo, hi = better_bounds(packing and ENC.score((ENC.unpack(packing, tonumber(scores[1])))) or scores[1])
+      ahead = redis.call('ZCOUNT', RK, lo, hi) + redis.call('ZCOUNT', OV, lo, hi)
+    end
+  end
+  out[#out + 1] = ahead
 end
 return out

@@ -1,0 +1,246 @@
+"""Warm boards at memory speed, never stale beyond a bound: the answers of non-hot boards, kept
+in memory and dropped when the board changes (seed 003's two-level cache).
+
+How a node learns that a board changed:
+- **Notifications.** apply.lua publishes "<seq before> <seq after> <board>" on `<prefix>changes`
+  in the same script as the writes (common/store/keys.py), so a change and its notice are one
+  atomic step. Why Redis pub/sub: it is already there, and it reaches every node within a
+  millisecond of the write. Keyspace notifications need a server setting and send one message
+  per key written (a dozen per call). A Kafka topic adds the producer's linger and a consumer
+  per node.
+- **Generations.** Each cached answer carries the stamp (connection epoch, board generation)
+  taken *before* its read was sent. A notice bumps the board's generation, so an answer read
+  before the change, even one still in flight when the notice arrives, no longer matches and
+  is never served. Every notice drops the whole board, so a gap in the board's seq (a lost
+  notice followed by another) is already covered by the next notice. Gaps are counted.
+- **Reconnects.** Pub/sub is fire-and-forget. While the subscription is down nothing is served
+  from or stored in the cache. A new subscription starts a new epoch, which drops everything.
+- **The safety net.** A notice can still be missed with the connection up: a writer that does
+  not publish, such as a previous release's worker during a rolling upgrade. So every
+  `warm_check_s` the node reads the seq of each board it holds answers of (one pipelined GET
+  per board) and drops a board whose seq moved. This bounds staleness by `warm_check_s` (1 s)
+  whatever is lost. It is a check, not a TTL: an unchanged board stays warm.
+- **Time.** An answer whose period was chosen by the clock (no `period=`/`at=`) is kept only
+  until that period ends. Any answer is kept only until its period's retention ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+import redis
+from cachetools import LRUCache
+
+from common.clock import Clock
+from common.store.keys import BoardKeys
+from common.store.pipe import RedisPipe, Subscription
+
+_log = logging.getLogger(__name__)
+MAX_TRACKED_BOARDS = 100_000  # generations kept; beyond, a new epoch drops everything (rare)
+RECONNECT_S = (0.05, 1.0)  # the change feed's first and longest wait between attempts
+
+Stamp = tuple[int, int]
+Pushed = list[bytes] | Exception  # what the change feed's connection delivers
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    body: bytes
+    board: str
+    stamp: Stamp
+    until_ms: int  # served while the clock is before this
+    seq: int
+
+
+class WarmCache:
+    """Answers (serialised bodies) by request, valid while their stamp is current."""
+
+    def __init__(self, entries: int, clock: Clock) -> None:
+        self.enabled = entries > 0
+        self._answers: LRUCache[str, Answer] = LRUCache(max(entries, 1))
+        self._generations: dict[str, int] = {}
+        self._low_seq: dict[str, int] = {}  # per board: the lowest seq of an answer kept
+        self._loading: dict[tuple[str, Stamp], asyncio.Future[Answer]] = {}
+        self._clock = clock
+        self.epoch = 0
+        self.live = False  # the change feed is subscribed: only then is anything served or kept
+        self.hits = self.misses = self.coalesced = self.gaps = self.checks_dropped = 0
+
+    def get(self, key: str) -> Answer | None:
+        if not self.live:
+            return None
+        found = self._answers.get(key)
+        if found is None:
+            return None
+        if found.stamp != (self.epoch, self._generations.get(found.board, 0)) or (
+            self._clock() >= found.until_ms
+        ):
+            del self._answers[key]
+            return None
+        self.hits += 1
+        return found
+
+    @property
+    def size(self) -> int:
+        return len(self._answers)
+
+    def stamp(self, board: str) -> Stamp | None:
+        """Taken before a read is sent; None while no change feed is live (nothing is kept)."""
+        if not self.live or not self.enabled:
+            return None
+        return self.epoch, self._generations.get(board, 0)
+
+    async def load(
+        self, key: str, board: str, until_ms: int, read: Callable[[], Awaitable[tuple[bytes, int]]]
+    ) -> Answer | None:
+        """Read (body, seq) once for every identical request in flight with the same stamp and
+        keep it if the stamp is still current; None: not cacheable now (read it directly)."""
+        stamp = self.stamp(board)
+        if stamp is None:
+            return None
+        pending = self._loading.get((key, stamp))
+        if pending is not None:
+            self.coalesced += 1
+            return await asyncio.shield(pending)
+        self.misses += 1
+        future: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
+        self._loading[key, stamp] = future
+        try:
+            body, seq = await read()
+        except BaseException as exc:
+            future.set_exception(exc)
+            future.exception()  # retrieved: waiters re-raise it, nobody logs "never retrieved"
+            raise
+        finally:
+            del self._loading[key, stamp]
+        answer = Answer(body, board, stamp, until_ms, seq)
+        future.set_result(answer)
+        if stamp == self.stamp(board):
+            self._answers[key] = answer
+            low = self._low_seq.get(board)
+            self._low_seq[board] = seq if low is None else min(low, seq)
+        return answer
+
+    def changed(self, board: str, before: int, after: int) -> None:
+        """A notice: every answer of `board` kept or being read is stale."""
+        if board not in self._generations and len(self._generations) >= MAX_TRACKED_BOARDS:
+            self.new_epoch()
+            return
+        self._generations[board] = self._generations.get(board, 0) + 1
+        low = self._low_seq.pop(board, None)
+        if low is not None and before > low:
+            self.gaps += 1  # a notice for this board was lost: the answers are dropped all the same
+
+    def new_epoch(self) -> None:
+        self.epoch += 1
+        self._answers.clear()
+        self._generations.clear()
+        self._low_seq.clear()
+
+    def boards_held(self) -> dict[str, int]:
+        return dict(self._low_seq)
+
+    def moved(self, board: str) -> None:
+        """The safety check found the board's seq past what is kept: a notice was missed."""
+        self.checks_dropped += 1
+        self._generations[board] = self._generations.get(board, 0) + 1
+        self._low_seq.pop(board, None)
+
+
+class ChangeFeed:
+    """The subscription to `<prefix>changes` and the seq check, run as a task of the API."""
+
+    def __init__(  # noqa: PLR0917 - one each
+        self, url: str, key_prefix: str, cache: WarmCache, check_s: float, reads: RedisPipe, name: str = ""
+    ) -> None:
+        self._url, self._prefix, self._cache, self._name = url, key_prefix, cache, name
+        self._channel = BoardKeys(key_prefix, "").changes
+        self._check_s, self._reads = check_s, reads
+        self.subscriptions = 0
+
+    async def run(self, stopping: asyncio.Event) -> None:
+        wait = RECONNECT_S[0]
+        checker = asyncio.create_task(self._check(stopping))
+        try:
+            while not stopping.is_set():
+                try:
+                    await self._follow(stopping)
+                    wait = RECONNECT_S[0]
+                except (redis.ConnectionError, redis.TimeoutError, redis.ResponseError, OSError) as exc:
+                    _log.warning(
+                        "change feed down: warm cache off until it is back", extra={"error": str(exc)}
+                    )
+                finally:
+                    self._down()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stopping.wait(), wait)
+                wait = min(wait * 2, RECONNECT_S[1])
+        finally:
+            checker.cancel()
+            await asyncio.wait({checker})
+
+    def _down(self) -> None:
+        if self._cache.live:
+            self._cache.live = False
+            self._cache.new_epoch()
+
+    async def _follow(self, stopping: asyncio.Event) -> None:
+        queue: asyncio.Queue[Pushed] = asyncio.Queue()
+        feed = Subscription(self._url, queue.put_nowait, name=self._name)
+        await feed.open(self._channel)
+        try:
+            while not stopping.is_set():
+                got = await _next(queue, stopping)
+                if got is None:
+                    return
+                if isinstance(got, Exception):
+                    raise got
+                self._message(got)
+        finally:
+            feed.close()
+
+    def _message(self, reply: list[bytes]) -> None:
+        kind = reply[0]
+        if kind == b"subscribe":
+            self.subscriptions += 1
+            self._cache.new_epoch()  # whatever happened while unsubscribed is unknown
+            self._cache.live = True
+            _log.info("change feed subscribed: warm cache on", extra={"channel": self._channel})
+        elif kind == b"message":
+            before, after, board = reply[2].decode().split(" ", 2)
+            self._cache.changed(board, int(before), int(after))
+
+    async def _check(self, stopping: asyncio.Event) -> None:
+        """Every check_s: drop each board held whose seq in Redis moved past what is kept."""
+        while not stopping.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stopping.wait(), self._check_s)
+            held = self._cache.boards_held()
+            if not held or not self._cache.live:
+                continue
+            stamps = {board: self._cache.stamp(board) for board in held}
+            replies = [self._reads.send("GET", BoardKeys(self._prefix, board).seq) for board in held]
+            try:
+                seqs = [int(await reply or 0) for reply in replies]
+            except (redis.ConnectionError, redis.TimeoutError):
+                continue
+            for (board, low), seq in zip(held.items(), seqs, strict=True):
+                if seq != low and self._cache.stamp(board) == stamps[board]:
+                    self._cache.moved(board)
+
+
+async def _next(
+    queue: asyncio.Queue[list[bytes] | Exception], stopping: asyncio.Event
+) -> list[bytes] | Exception | None:
+    getting = asyncio.ensure_future(queue.get())
+    stop = asyncio.ensure_future(stopping.wait())
+    done, _ = await asyncio.wait({getting, stop}, return_when=asyncio.FIRST_COMPLETED)
+    if getting in done:
+        stop.cancel()
+        return getting.result()
+    getting.cancel()
+    return None
