@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import functools
 import logging
-import time
 from collections.abc import AsyncIterator
 from functools import cache
 from importlib import resources
@@ -15,10 +14,9 @@ import orjson
 import redis
 import yaml
 from aiohttp import web
-from aiohttp.typedefs import Handler, Middleware
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from api.errors import error_answer
+from api.front import Front, InFlight
 from api.hotboards import HotBoards
 from api.routes import add_routes, json
 from api.state import APP_STATE, ApiState
@@ -36,54 +34,7 @@ EXIT_RESERVE_S = 0.5  # the interpreter's own exit after the last step (Kafka cl
 REDIS_CLOSE_S = 0.5  # closing the Redis client, after the replay thread
 
 
-class InFlight:
-    """The requests being handled, counted by the front middleware: the shutdown drains them."""
-
-    def __init__(self) -> None:
-        self.count = 0
-        self._idle: asyncio.Event | None = None  # made by a drain that waits
-
-    def begin(self) -> None:
-        self.count += 1
-
-    def end(self) -> None:
-        self.count -= 1
-        if self.count == 0 and self._idle is not None:
-            self._idle.set()
-
-    async def wait_idle(self, seconds: float) -> bool:
-        """True once no request is in flight; False if some still are after `seconds`."""
-        if self.count == 0:
-            return True
-        self._idle = asyncio.Event()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._idle.wait(), seconds)
-        return self.count == 0
-
-
 IN_FLIGHT: web.AppKey[InFlight] = web.AppKey("rankstream_in_flight", InFlight)
-
-
-def front_middleware(state: ApiState, tracker: InFlight) -> Middleware:
-    """One middleware, as each costs a coroutine per request: counts the request for the drain,
-    turns what the handler raised into a JSON error (api/errors.py), and times it by route."""
-    metrics = state.metrics
-
-    @web.middleware
-    async def front(request: web.Request, handler: Handler) -> web.StreamResponse:
-        tracker.begin()
-        started = time.perf_counter()
-        try:
-            try:
-                response = await handler(request)
-            except Exception as exc:  # noqa: BLE001 - every error becomes a JSON answer
-                response = error_answer(request, exc, metrics.redis_errors)
-            metrics.observe(request, response.status, time.perf_counter() - started)
-            return response
-        finally:
-            tracker.end()
-
-    return front
 
 
 async def livez(request: web.Request) -> web.Response:
@@ -179,14 +130,19 @@ def create_app(settings: Settings, boards: BoardsConfig, clock: Clock = system_m
         clock=clock,
     )
     tracker = InFlight()
-    app = web.Application(middlewares=[front_middleware(state, tracker)])
+    front = Front(state.metrics, tracker)
+    app = web.Application()  # no middleware: api/front.py wraps each route instead
     app[APP_STATE] = state
     app[IN_FLIGHT] = tracker
-    app.router.add_get("/livez", livez)
-    app.router.add_get("/readyz", readyz)
-    app.router.add_get("/metrics", metrics)
-    app.router.add_get("/openapi.json", openapi)
-    add_routes(app)
+    for path, handler in (
+        ("/livez", livez),
+        ("/readyz", readyz),
+        ("/metrics", metrics),
+        ("/openapi.json", openapi),
+    ):
+        front.add(app, "GET", path, handler)
+    add_routes(app, front)
+    front.catch_all(app)
     app.cleanup_ctx.append(follow_hot_boards)
     if state.warm.enabled:
         feed = ChangeFeed(

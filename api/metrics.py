@@ -1,10 +1,9 @@
-"""The API's Prometheus metrics (api/app.py's front middleware times every request by route)."""
+"""The API's Prometheus metrics (api/front.py times every request by route)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -48,10 +47,8 @@ class ApiMetrics:
         """The warm cache's counters, read when /metrics is scraped (nothing per request)."""
         self.registry.register(_WarmCollector(cache, feed))
 
-    def observe(self, request: web.Request, status: int, seconds: float) -> None:
+    def observe(self, route: str, status: int, seconds: float) -> None:
         """One request's latency and status, by route (the labelled series kept per route)."""
-        info = request.match_info.route.resource
-        route = info.canonical if info is not None else "unmatched"
         series = self._series.get((route, status))
         if series is None:
             series = self._series[route, status] = (

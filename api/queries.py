@@ -8,7 +8,7 @@ from typing import Any
 from api.errors import ApiError
 from api.params import Target
 from api.reader import BoardReader, Located, Page
-from common.ranking import item, json_score, member_rank, page_ranks, rank_of_score
+from common.ranking import Ties, item, items, json_score, member_rank, page_ranks, rank_of_score
 
 
 def located_item(found: Located, target: Target) -> dict[str, Any]:
@@ -17,9 +17,11 @@ def located_item(found: Located, target: Target) -> dict[str, Any]:
 
 async def ranked_page(reader: BoardReader, target: Target, offset: int, limit: int) -> tuple[Page, list[int]]:
     page = await reader.page(offset, offset + limit, target.reverse)
+    if target.ties is Ties.ORDINAL:
+        return page, list(range(offset + 1, offset + 1 + len(page.entries)))  # page_ranks' ordinal rule
     scores = [e.score for e in page.entries]
     first_better = 0
-    if page.entries and target.ties.value == "shared":
+    if page.entries:
         first_better, _, _ = await reader.better_and_equal(scores[0], target.reverse)
     return page, page_ranks(offset, scores, first_better, target.ties)
 
@@ -28,7 +30,7 @@ def top_answer(target: Target, page: Page, ranks: list[int], source: str) -> dic
     return {
         **target.describe(),
         "total": page.total,
-        "items": [item(r, e) for r, e in zip(ranks, page.entries, strict=True)],
+        "items": items(ranks, page.entries),
         "source": source,
         "seq": page.seq,
     }

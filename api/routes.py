@@ -12,6 +12,7 @@ from aiohttp.typedefs import Handler
 
 from api import queries
 from api.errors import ApiError
+from api.front import Front
 from api.memory_reader import MemoryBoardReader
 from api.params import MAX_AROUND, MAX_LIMIT, Target, int_param, member_id, score_param, target
 from api.reader import BoardReader
@@ -93,7 +94,7 @@ async def top(request: web.Request) -> web.Response:
         body = queries.top_answer(where, page, ranks, reader.source)
         if me is not None:
             body["me"] = await queries.me_item(reader, where, me)
-        return await _trend(request, where, body)
+        return await _trend(request, where, body) if where.trend else body
 
     return await answer(request, where, reader, build)
 
@@ -181,10 +182,10 @@ async def rank(request: web.Request) -> web.Response:
     return await answer(request, where, reader, lambda: queries.rank_answer(reader, where, score))
 
 
-def add_routes(app: web.Application) -> None:
-    app.router.add_get(f"{ROUTE_PREFIX}/top", top)
-    app.router.add_get(f"{ROUTE_PREFIX}/members/{{member:[^/]+}}", member)
-    app.router.add_get(f"{ROUTE_PREFIX}/members/{{member:[^/]+}}/around", around)
-    app.router.add_post(f"{ROUTE_PREFIX}/members/lookup", lookup)
-    app.router.add_get(f"{ROUTE_PREFIX}/count", count)
-    app.router.add_get(f"{ROUTE_PREFIX}/rank", rank)
+def add_routes(app: web.Application, front: Front) -> None:
+    front.add(app, "GET", f"{ROUTE_PREFIX}/top", top)
+    front.add(app, "GET", f"{ROUTE_PREFIX}/members/{{member:[^/]+}}", member)
+    front.add(app, "GET", f"{ROUTE_PREFIX}/members/{{member:[^/]+}}/around", around)
+    front.add(app, "POST", f"{ROUTE_PREFIX}/members/lookup", lookup)
+    front.add(app, "GET", f"{ROUTE_PREFIX}/count", count)
+    front.add(app, "GET", f"{ROUTE_PREFIX}/rank", rank)

@@ -3,6 +3,7 @@ How Redis and memory order members, and the exact range of scores: common/store/
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from enum import StrEnum
 from typing import Any
 
@@ -49,14 +50,28 @@ def rank_of_score(strictly_better: int, equal: int, tie_break: TieBreak, ties: T
     return strictly_better + equal + 1
 
 
+_EXACT = 2**53
+
+
 def json_score(value: float) -> float | int:
-    """A score as answers carry it: an integer when it is one (and exact), else the float."""
-    return int(value) if value.is_integer() and abs(value) <= 2**53 else value
+    """A score as answers carry it: an integer when it is one (and exact), else the float
+    (items() inlines this)."""
+    return int(value) if value.is_integer() and abs(value) <= _EXACT else value
 
 
 def item(rank: int | None, entry: Entry) -> dict[str, Any]:
     """A ranked member as every answer and period result carries it: rank, member, score, meta."""
-    out: dict[str, Any] = {"rank": rank, "member": entry.member, "score": json_score(entry.score)}
-    if entry.meta is not None:
-        out["meta"] = orjson.Fragment(entry.meta)  # stored as JSON already: embedded, not re-parsed
+    return items([rank], [entry])[0]
+
+
+def items(ranks: Sequence[int | None], entries: Sequence[Entry]) -> list[dict[str, Any]]:
+    """item() of each (rank, entry): one loop with json_score inlined (a page's rows are the read
+    path's hottest code)."""
+    out: list[dict[str, Any]] = []
+    for rank, (member, score, meta) in zip(ranks, entries, strict=True):
+        exact = score.is_integer() and -_EXACT <= score <= _EXACT
+        row: dict[str, Any] = {"rank": rank, "member": member, "score": int(score) if exact else score}
+        if meta is not None:
+            row["meta"] = orjson.Fragment(meta)  # stored as JSON already: embedded, not re-parsed
+        out.append(row)
     return out

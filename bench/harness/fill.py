@@ -20,6 +20,25 @@ META_SHARE = 20  # one member in 20 (5 %) carries a meta JSON
 ID_WINDOW_S = 3600  # outlives the run: no expiry churn in Redis while measuring
 
 
+def board_applier(client: redis.Redis, boards: BoardsConfig, key_prefix: str) -> Applier:
+    """The worker's own write path, as the bench drives it (no stream fences)."""
+    return Applier(client, boards, key_prefix, ID_WINDOW_S)
+
+
+def set_event(event_id: str, board: str, member: str, score: float, meta: bytes | None = None) -> UpdateEvent:
+    """A `set` of `member` to `score` on `board` (its type is the id's first part)."""
+    return UpdateEvent(event_id, board, board.split(":", 1)[0], member, Op.SET, score, None, meta)
+
+
+def apply_set(applier: Applier, event: UpdateEvent, ts_ms: int | None = None) -> int:
+    """Apply one event (at `ts_ms`, default now); the board's seq after it. BenchError unless
+    it was applied."""
+    outcome = applier.apply([(event, int(time.time() * 1000) if ts_ms is None else ts_ms)])[0]
+    if outcome.status is not Status.APPLIED:
+        raise BenchError(f"{event.id}: {outcome.status.name}, not applied")
+    return outcome.seq
+
+
 def fill(
     client: redis.Redis,
     boards: BoardsConfig,
@@ -32,8 +51,7 @@ def fill(
     """Every member once on `board` through the worker's own write path (Applier, `set`),
     FILL_BATCH events per apply. Scores are gift totals (Pareto: many small, a few huge);
     one member in META_SHARE has a meta JSON."""
-    applier = Applier(client, boards, key_prefix, ID_WINDOW_S)
-    board_type = board.split(":", 1)[0]
+    applier = board_applier(client, boards, key_prefix)
     now_ms = int(time.time() * 1000)
     started = time.monotonic()
     applied = 0
@@ -43,7 +61,7 @@ def fill(
             member = members[i]
             meta = orjson.dumps({"name": f"Player {i}", "lvl": i % 60}) if i % META_SHARE == 0 else None
             score = float(int(100 * rng.paretovariate(1.2)))
-            event = UpdateEvent(f"fill-{i}", board, board_type, member, Op.SET, score, None, meta)
+            event = set_event(f"fill-{i}", board, member, score, meta)
             batch.append((event, now_ms - rng.randrange(86_400_000)))
         applied += sum(1 for o in applier.apply(batch) if o.status is Status.APPLIED)
     elapsed = time.monotonic() - started

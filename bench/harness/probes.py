@@ -1,4 +1,4 @@
-"""Plain HTTP GETs against the processes under test: an answer, a JSON answer, readiness."""
+"""Plain HTTP requests against the processes under test: an answer, a JSON answer, readiness."""
 
 from __future__ import annotations
 
@@ -18,8 +18,19 @@ READY_TIMEOUT_S = 120.0
 
 def http_get(url: str, timeout: float = 10.0) -> tuple[int, bytes]:
     """(status, body); status 0 when nothing listens yet."""
+    return http_request(url, timeout=timeout)
+
+
+def http_request(
+    url: str, method: str = "GET", payload: Any = None, timeout: float = 10.0
+) -> tuple[int, bytes]:
+    """(status, body) of `method` on `url`, `payload` (not None) sent as JSON; status 0 when
+    nothing listens yet."""
+    data = None if payload is None else orjson.dumps(payload)
+    headers = {} if payload is None else {"Content-Type": "application/json"}
+    request = urllib.request.Request(url, data=data, headers=headers, method=method)  # noqa: S310 - loopback
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310 - loopback
+        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 - loopback
             return int(response.status), response.read()
     except urllib.error.HTTPError as exc:  # 503 and friends still carry a body
         return int(exc.code), exc.read()
@@ -27,10 +38,11 @@ def http_get(url: str, timeout: float = 10.0) -> tuple[int, bytes]:
         return 0, b""
 
 
-def get_json(url: str) -> Any:
-    status, body = http_get(url)
+def get_json(url: str, method: str = "GET", payload: Any = None) -> Any:
+    """The JSON answer of a 200; BenchError for any other status."""
+    status, body = http_request(url, method, payload)
     if status != 200:
-        raise BenchError(f"GET {url}: {status} {body[:200]!r}")
+        raise BenchError(f"{method} {url}: {status} {body[:200]!r}")
     return orjson.loads(body)
 
 

@@ -7,6 +7,7 @@ import re
 import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from bench.common import BenchError, Result, env_int, say
 from bench.harness.cpu import cpu_us_per_unit, run_tool
@@ -59,9 +60,36 @@ def parse_wrk(text: str) -> Result:
     }
 
 
-def wrk(url: str, duration_s: int, pids: Mapping[str, int], connections: int = WRK_CONNECTIONS) -> Result:
-    """One `wrk -t1` run; CPU% of `pids` and of wrk itself (100 = one core) while it ran."""
-    argv = [wrk_binary(), "-t1", f"-c{connections}", f"-d{duration_s}s", "--latency", url]
+def parse_info(text: str) -> dict[str, str | int]:
+    """What a wrk Lua script printed as `wrk-info KEY VALUE` lines (an integer VALUE as one)."""
+    return {
+        m[1]: int(m[2]) if m[2].isdigit() else m[2]
+        for m in re.finditer(r"^wrk-info (\S+) (.*)$", text, re.MULTILINE)
+    }
+
+
+@dataclass(frozen=True)
+class Script:
+    """A wrk Lua script (-s) and the arguments its init(args) gets (after `--`)."""
+
+    path: Path
+    args: tuple[str, ...] = ()
+
+
+def wrk(
+    url: str,
+    duration_s: int,
+    pids: Mapping[str, int],
+    connections: int = WRK_CONNECTIONS,
+    script: Script | None = None,
+) -> Result:
+    """One `wrk -t1` run; CPU% of `pids` and of wrk itself (100 = one core) while it ran. With a
+    `script`, what it printed as `wrk-info` lines is under "info"."""
+    argv = [wrk_binary(), "-t1", f"-c{connections}", f"-d{duration_s}s", "--latency"]
+    if script is not None:
+        argv += ["-s", str(script.path), url, "--", *script.args]
+    else:
+        argv.append(url)
     run = run_tool("wrk", argv, pids, timeout=duration_s + 60)
     if run.returncode != 0:
         raise BenchError(f"wrk exited with {run.returncode}: {run.stderr.strip()[-300:]}")
@@ -71,6 +99,8 @@ def wrk(url: str, duration_s: int, pids: Mapping[str, int], connections: int = W
             f"wrk {url}: {result['non_2xx']} non-2xx answers, {result['socket_errors']} socket errors"
         )
     result["cpu_pct"] = run.cpu_pct
+    if script is not None:
+        result["info"] = parse_info(run.stdout)
     return result
 
 
@@ -79,6 +109,7 @@ class Target:
     name: str
     url: str
     pids: dict[str, int]
+    script: Script | None = None
 
 
 def wrk_rounds(targets: Sequence[Target], rounds: int, duration_s: int) -> dict[str, Result]:
@@ -86,11 +117,11 @@ def wrk_rounds(targets: Sequence[Target], rounds: int, duration_s: int) -> dict[
     (highest rps) is its result, every run is kept under "runs"."""
     for target in targets:
         say(f"wrk warm-up: {target.name}")
-        wrk(target.url, WRK_WARMUP_S, target.pids)
+        wrk(target.url, WRK_WARMUP_S, target.pids, script=target.script)
     runs: dict[str, list[Result]] = {t.name: [] for t in targets}
     for round_no in range(rounds):
         for target in targets:
-            result = wrk(target.url, duration_s, target.pids)
+            result = wrk(target.url, duration_s, target.pids, script=target.script)
             rps, p99 = result["rps"], result.get("p99_ms")
             say(f"round {round_no + 1}: {target.name}: {rps:,.0f} req/s, p99 {p99} ms")
             runs[target.name].append(result)

@@ -150,8 +150,9 @@ def _rows(ref: WindowRef, reply: list[Any], at: int) -> list[Entry]:
     score = float if ref.packing is None else ref.packing.score_of
     members, scores = reply[at + 1 : at + 1 + 2 * n : 2], reply[at + 2 : at + 2 + 2 * n : 2]
     metas = reply[at + 1 + 2 * n : at + 1 + 3 * n]
+    new = tuple.__new__  # Entry's own __new__ is a Python lambda around it: a frame per row
     return [
-        Entry(member.decode(), score(value), meta or None)
+        new(Entry, (member.decode(), score(value), meta or None))
         for member, value, meta in zip(members, scores, metas, strict=True)
     ]
 

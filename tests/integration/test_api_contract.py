@@ -195,6 +195,24 @@ def in_process(settings: Settings, requests: Any) -> Any:
     return asyncio.run(go())
 
 
+def test_a_method_no_route_takes_is_a_json_405(settings):
+    async def requests(http: TestClient[Any, Any]) -> list[tuple[int, Any, str | None]]:
+        out = []
+        for method, path in (
+            ("POST", "/v1/boards/gift:room7/top"),
+            ("GET", "/v1/boards/gift:room7/members/lookup"),
+        ):
+            resp = await http.request(method, path)
+            out.append((resp.status, (await resp.json())["error"]["code"], resp.headers.get("Allow")))
+        return out
+
+    # members/lookup also matches GET's members/{member}: that route answers (404: no such member)
+    assert in_process(settings, requests) == [
+        (405, "method_not_allowed", "GET"),
+        (404, "member_not_found", None),
+    ]
+
+
 def test_redis_unreachable_is_a_503_not_a_trace(make_settings):
     settings = make_settings(redis_url=f"redis://127.0.0.1:{free_port()}/0")
 
