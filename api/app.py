@@ -46,7 +46,7 @@ async def readyz(request: web.Request) -> web.Response:
     state = request.app[APP_STATE]
     try:
         redis_ok = await state.redis.call("PING") in {b"PONG", "PONG"}
-    except (redis.ConnectionError, redis.TimeoutError):
+    except redis.RedisError:  # away, loading, refusing: reported, not raised
         redis_ok = False
     # Redis is reported, not required: without it only non-hot boards fail (503 per request),
     # while a node that took itself out of service would stop serving hot boards from memory too
@@ -70,7 +70,7 @@ async def follow_hot_boards(app: web.Application) -> AsyncIterator[None]:
                 try:
                     seq = int(await state.redis.call("GET", BoardKeys(state.key_prefix, board).seq) or 0)
                     state.metrics.hot_lag.labels(board).set(max(seq - hot.seq, 0))
-                except (redis.ConnectionError, redis.TimeoutError):
+                except redis.RedisError:  # away, loading, refusing: reported, not raised
                     pass  # the lag is unknown while Redis is away; reads from memory go on
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stopping.wait(), 1.0)
@@ -124,7 +124,7 @@ def create_app(settings: Settings, boards: BoardsConfig, clock: Clock = system_m
         boards=boards,
         redis=client,
         key_prefix=settings.key_prefix,
-        warm=WarmCache(0 if settings.top_cache_ttl_s == 0 else settings.warm_cache_entries, clock),
+        warm=WarmCache(0 if settings.top_cache_ttl_s == 0 else settings.warm_cache_mb * 2**20, clock),
         hot=HotBoards(settings, boards, clock),
         max_future_skew_s=settings.max_future_skew_s,
         clock=clock,

@@ -13,14 +13,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
 from api.errors import ApiError, error_answer
 from api.metrics import ApiMetrics
 
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 CATCH_ALL = "/{unmatched:.*}"
 
 
@@ -74,7 +73,10 @@ class Front:
 
     def add(self, app: web.Application, method: str, path: str, handler: Handler) -> None:
         resource = app.router.add_resource(path)
-        resource.add_route(method, self.wrap(resource.canonical, handler))  # timed as /v1/boards/{board}/top
+        wrapped = self.wrap(resource.canonical, handler)
+        resource.add_route(method, wrapped)
+        if method == "GET":
+            resource.add_route("HEAD", wrapped)  # as aiohttp's add_get does
 
     def catch_all(self, app: web.Application) -> None:
         """Last: the JSON 404 or 405 of a request no route takes (timed as `unmatched`)."""

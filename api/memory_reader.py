@@ -32,18 +32,18 @@ class MemoryBoardReader:
         entries = [Entry(m, s, meta.get(m)) for m, s in self._window.page(start, stop, reverse)]
         return Page(len(self._window), self._hot.seq, entries)
 
-    async def locate(self, members: list[str], reverse: bool) -> Lookup:
-        found: list[Located | None] = []
+    async def locate(self, members: list[str], reverse: bool, better: bool = True) -> Lookup:
+        found: list[Located | None] = []  # memory counts `better` anyway: O(log n)
         for member in members:
             hit = self._window.locate(member, reverse)
             if hit is None:
                 found.append(None)
             else:
-                score, position, better = hit
-                found.append(Located(Entry(member, score, self._hot.meta.get(member)), position, better))
+                score, position, ahead = hit
+                found.append(Located(Entry(member, score, self._hot.meta.get(member)), position, ahead))
         return Lookup(len(self._window), self._hot.seq, found)
 
-    async def around(self, member: str, n: int, reverse: bool) -> Around:
+    async def around(self, member: str, n: int, reverse: bool, better: bool = True) -> Around:
         found = (await self.locate([member], reverse)).found[0]
         if found is None:
             return Around(None, Page(len(self._window), self._hot.seq, []), 0)

@@ -76,6 +76,11 @@ class _WarmCollector(Collector):
         yield lookups
         yield GaugeMetricFamily("rankstream_api_warm_cache_entries", "Answers kept", value=cache.size)
         yield GaugeMetricFamily(
+            "rankstream_api_warm_cache_bytes",
+            "Bytes of answers kept (bodies and overhead)",
+            value=cache.size_bytes,
+        )
+        yield GaugeMetricFamily(
             "rankstream_api_warm_cache_live", "1 while the change feed is subscribed", value=int(cache.live)
         )
         yield CounterMetricFamily(

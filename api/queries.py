@@ -11,6 +11,11 @@ from api.reader import BoardReader, Located, Page
 from common.ranking import Ties, item, items, json_score, member_rank, page_ranks, rank_of_score
 
 
+def _shared(target: Target) -> bool:
+    """Whether ranks need strictly-better counts (shared ties), which Redis then counts."""
+    return target.ties is Ties.SHARED
+
+
 def located_item(found: Located, target: Target) -> dict[str, Any]:
     return item(member_rank(found.position, found.better, target.ties), found.entry)
 
@@ -37,12 +42,12 @@ def top_answer(target: Target, page: Page, ranks: list[int], source: str) -> dic
 
 
 async def me_item(reader: BoardReader, target: Target, member: str) -> dict[str, Any] | None:
-    found = (await reader.locate([member], target.reverse)).found[0]
+    found = (await reader.locate([member], target.reverse, _shared(target))).found[0]
     return None if found is None else located_item(found, target)
 
 
 async def member_answer(reader: BoardReader, target: Target, member: str) -> dict[str, Any]:
-    lookup = await reader.locate([member], target.reverse)
+    lookup = await reader.locate([member], target.reverse, _shared(target))
     found = lookup.found[0]
     if found is None:
         raise ApiError(404, "member_not_found", f"{member!r} is not on this board")
@@ -50,7 +55,7 @@ async def member_answer(reader: BoardReader, target: Target, member: str) -> dic
 
 
 async def around_answer(reader: BoardReader, target: Target, member: str, n: int) -> dict[str, Any]:
-    got = await reader.around(member, n, target.reverse)  # one read: one seq
+    got = await reader.around(member, n, target.reverse, _shared(target))  # one read: one seq
     if got.found is None:
         raise ApiError(404, "member_not_found", f"{member!r} is not on this board")
     start = max(got.found.position - n, 0)  # clamped at the top; the page is clamped at the bottom
@@ -59,7 +64,7 @@ async def around_answer(reader: BoardReader, target: Target, member: str, n: int
 
 
 async def lookup_answer(reader: BoardReader, target: Target, members: list[str]) -> dict[str, Any]:
-    lookup = await reader.locate(members, target.reverse)
+    lookup = await reader.locate(members, target.reverse, _shared(target))
     items = [
         {"rank": None, "member": member, "score": None} if found is None else located_item(found, target)
         for member, found in zip(members, lookup.found, strict=True)
@@ -119,7 +124,7 @@ async def with_trend(previous: BoardReader | None, target: Target, body: dict[st
     members = list(dict.fromkeys(entry["member"] for entry in named))
     ranks: dict[str, int | None] = dict.fromkeys(members)
     if previous is not None and members:
-        found = (await previous.locate(members, target.reverse)).found
+        found = (await previous.locate(members, target.reverse, _shared(target))).found
         for name, hit in zip(members, found, strict=True):
             ranks[name] = None if hit is None else member_rank(hit.position, hit.better, target.ties)
     out = dict(body)

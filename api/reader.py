@@ -17,9 +17,11 @@ class BoardReader(Protocol):
 
     async def page(self, start: int, stop: int, reverse: bool) -> Page: ...
 
-    async def locate(self, members: list[str], reverse: bool) -> Lookup: ...
+    async def locate(self, members: list[str], reverse: bool, better: bool = True) -> Lookup:
+        """better=False: Located.better may be -1 (ordinal ranks need none; Redis skips counting)."""
+        ...
 
-    async def around(self, member: str, n: int, reverse: bool) -> Around:
+    async def around(self, member: str, n: int, reverse: bool, better: bool = True) -> Around:
         """`member` and the n rows above and below it in the view, as of one seq."""
         ...
 

@@ -26,11 +26,15 @@ class RedisBoardReader:
     async def page(self, start: int, stop: int, reverse: bool) -> reads.Page:
         return await reads.top(self._client, self._ref, start, stop, reverse, keys=self._top_keys)
 
-    async def locate(self, members: list[str], reverse: bool) -> reads.Lookup:
-        return await reads.locate(self._client, self._ref, members, reverse, self._locate_keys)
+    async def locate(self, members: list[str], reverse: bool, better: bool = True) -> reads.Lookup:
+        return await reads.locate(
+            self._client, self._ref, members, reverse, keys=self._locate_keys, better=better
+        )
 
-    async def around(self, member: str, n: int, reverse: bool) -> reads.Around:
-        return await reads.around(self._client, self._ref, member, n, reverse, keys=self._locate_keys)
+    async def around(self, member: str, n: int, reverse: bool, better: bool = True) -> reads.Around:
+        return await reads.around(
+            self._client, self._ref, member, n, reverse, keys=self._locate_keys, better=better
+        )
 
     async def count_between(self, low: str, high: str) -> reads.Counted:
         return await reads.count_between(self._client, self._ref, low, high)

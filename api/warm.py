@@ -37,7 +37,8 @@ from cachetools import LRUCache
 
 from common.clock import Clock
 from common.store.keys import BoardKeys
-from common.store.pipe import RedisPipe, Subscription
+from common.store.pipe import RedisPipe
+from common.store.subscription import Subscription
 
 _log = logging.getLogger(__name__)
 MAX_TRACKED_BOARDS = 100_000  # generations kept; beyond, a new epoch drops everything (rare)
@@ -45,6 +46,22 @@ RECONNECT_S = (0.05, 1.0)  # the change feed's first and longest wait between at
 
 Stamp = tuple[int, int]
 Pushed = list[bytes] | Exception  # what the change feed's connection delivers
+ANSWER_OVERHEAD = 300  # bytes an answer costs besides its body (key, entry, LRU links), about
+
+
+def _size(answer: Answer) -> int:
+    return len(answer.body) + ANSWER_OVERHEAD
+
+
+async def _join(pending: asyncio.Future[Answer]) -> Answer | None:
+    """The answer of a read in flight; None if its reader was cancelled (read it directly)."""
+    try:
+        return await asyncio.shield(pending)
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if pending.cancelled() and task is not None and not task.cancelling():
+            return None
+        raise
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,14 +74,16 @@ class Answer:
 
 
 class WarmCache:
-    """Answers (serialised bodies) by request, valid while their stamp is current."""
+    """Answers (serialised bodies) by request, valid while their stamp is current; at most
+    `max_bytes` of bodies (least recently used go first)."""
 
-    def __init__(self, entries: int, clock: Clock) -> None:
-        self.enabled = entries > 0
-        self._answers: LRUCache[str, Answer] = LRUCache(max(entries, 1))
+    def __init__(self, max_bytes: int, clock: Clock) -> None:
+        self.enabled = max_bytes > 0
+        self._answers: LRUCache[str, Answer] = LRUCache(max(max_bytes, 1), getsizeof=_size)
+        # boards with answers kept or being read: their generation (a board never read has none)
         self._generations: dict[str, int] = {}
         self._low_seq: dict[str, int] = {}  # per board: the lowest seq of an answer kept
-        self._loading: dict[tuple[str, Stamp], asyncio.Future[Answer]] = {}
+        self._loading: dict[tuple[str, Stamp, int], tuple[str, asyncio.Future[Answer]]] = {}
         self._clock = clock
         self.epoch = 0
         self.live = False  # the change feed is subscribed: only then is anything served or kept
@@ -88,11 +107,15 @@ class WarmCache:
     def size(self) -> int:
         return len(self._answers)
 
+    @property
+    def size_bytes(self) -> int:
+        return int(self._answers.currsize)
+
     def stamp(self, board: str) -> Stamp | None:
         """Taken before a read is sent; None while no change feed is live (nothing is kept)."""
         if not self.live or not self.enabled:
             return None
-        return self.epoch, self._generations.get(board, 0)
+        return self.epoch, self._generations.setdefault(board, 0)
 
     async def load(
         self, key: str, board: str, until_ms: int, read: Callable[[], Awaitable[tuple[bytes, int]]]
@@ -102,21 +125,28 @@ class WarmCache:
         stamp = self.stamp(board)
         if stamp is None:
             return None
-        pending = self._loading.get((key, stamp))
+        if len(self._generations) > MAX_TRACKED_BOARDS:
+            self.new_epoch()  # rare: more boards read than a node can track at once
+            stamp = (self.epoch, self._generations.setdefault(board, 0))
+        loading = (key, stamp, until_ms)  # the period too: a clock-chosen request joins its own
+        pending = self._loading.get(loading)
         if pending is not None:
             self.coalesced += 1
-            return await asyncio.shield(pending)
+            return await _join(pending[1])
         self.misses += 1
         future: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
-        self._loading[key, stamp] = future
+        self._loading[loading] = (board, future)
         try:
             body, seq = await read()
+        except asyncio.CancelledError:
+            future.cancel()  # those who joined read for themselves
+            raise
         except BaseException as exc:
             future.set_exception(exc)
             future.exception()  # retrieved: waiters re-raise it, nobody logs "never retrieved"
             raise
         finally:
-            del self._loading[key, stamp]
+            del self._loading[loading]
         answer = Answer(body, board, stamp, until_ms, seq)
         future.set_result(answer)
         if stamp == self.stamp(board):
@@ -127,10 +157,9 @@ class WarmCache:
 
     def changed(self, board: str, before: int, after: int) -> None:
         """A notice: every answer of `board` kept or being read is stale."""
-        if board not in self._generations and len(self._generations) >= MAX_TRACKED_BOARDS:
-            self.new_epoch()
-            return
-        self._generations[board] = self._generations.get(board, 0) + 1
+        if board not in self._generations:
+            return  # nothing of it kept or being read
+        self._generations[board] += 1
         low = self._low_seq.pop(board, None)
         if low is not None and before > low:
             self.gaps += 1  # a notice for this board was lost: the answers are dropped all the same
@@ -143,6 +172,15 @@ class WarmCache:
 
     def boards_held(self) -> dict[str, int]:
         return dict(self._low_seq)
+
+    def prune(self) -> None:
+        """Forget the boards with no answer kept nor being read (evicted, expired, dropped)."""
+        busy = {answer.board for answer in self._answers.values()}
+        busy.update(board for board, _ in self._loading.values())
+        for board in [b for b in self._generations if b not in busy]:
+            del self._generations[board]
+        for board in [b for b in self._low_seq if b not in busy]:
+            del self._low_seq[board]
 
     def moved(self, board: str) -> None:
         """The safety check found the board's seq past what is kept: a notice was missed."""
@@ -170,10 +208,12 @@ class ChangeFeed:
                 try:
                     await self._follow(stopping)
                     wait = RECONNECT_S[0]
-                except (redis.ConnectionError, redis.TimeoutError, redis.ResponseError, OSError) as exc:
+                except (redis.RedisError, OSError) as exc:
                     _log.warning(
                         "change feed down: warm cache off until it is back", extra={"error": str(exc)}
                     )
+                except Exception:  # noqa: BLE001 - a bug must not end the feed: logged, it starts again
+                    _log.exception("change feed failed: warm cache off until it is back")
                 finally:
                     self._down()
                 with contextlib.suppress(TimeoutError):
@@ -213,24 +253,31 @@ class ChangeFeed:
         elif kind == b"message":
             before, after, board = reply[2].decode().split(" ", 2)
             self._cache.changed(board, int(before), int(after))
+        # anything else (a pong) changes nothing
 
     async def _check(self, stopping: asyncio.Event) -> None:
         """Every check_s: drop each board held whose seq in Redis moved past what is kept."""
         while not stopping.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stopping.wait(), self._check_s)
-            held = self._cache.boards_held()
-            if not held or not self._cache.live:
-                continue
-            stamps = {board: self._cache.stamp(board) for board in held}
-            replies = [self._reads.send("GET", BoardKeys(self._prefix, board).seq) for board in held]
             try:
-                seqs = [int(await reply or 0) for reply in replies]
-            except (redis.ConnectionError, redis.TimeoutError):
-                continue
-            for (board, low), seq in zip(held.items(), seqs, strict=True):
-                if seq != low and self._cache.stamp(board) == stamps[board]:
-                    self._cache.moved(board)
+                await self._check_once()
+            except redis.RedisError:
+                pass  # Redis is away: reads fail too; the next pass checks again
+            except Exception:  # noqa: BLE001 - a bug must not end the check: logged, the next pass runs
+                _log.exception("warm cache check failed")
+
+    async def _check_once(self) -> None:
+        self._cache.prune()
+        held = self._cache.boards_held()
+        if not held or not self._cache.live:
+            return
+        stamps = {board: self._cache.stamp(board) for board in held}
+        replies = [self._reads.send("GET", BoardKeys(self._prefix, board).seq) for board in held]
+        seqs = [int(seq or 0) for seq in await asyncio.gather(*replies)]
+        for (board, low), seq in zip(held.items(), seqs, strict=True):
+            if seq != low and self._cache.stamp(board) == stamps[board]:
+                self._cache.moved(board)
 
 
 async def _next(

@@ -60,10 +60,10 @@ class Settings(BaseModel):
     shutdown_deadline_s: float = Field(default=20.0, gt=0)
     api_host: str = "0.0.0.0"  # noqa: S104 - a server in a pod listens on every interface
     api_port: int = Field(default=8080, ge=0, le=65535)
-    # The warm cache of non-hot boards' answers (api/warm.py): how many it keeps (0: off), and
-    # how often a node checks the seq of the boards it keeps (the bound on staleness when a
-    # change notice is lost).
-    warm_cache_entries: int = Field(default=10_000, ge=0, le=10_000_000)
+    # The warm cache of non-hot boards' answers (api/warm.py): the MiB of answers it keeps (0:
+    # off), and how often a node checks the seq of the boards it keeps (the bound on staleness
+    # when a change notice is lost).
+    warm_cache_mb: int = Field(default=64, ge=0, le=64 * 1024)
     warm_check_s: float = Field(default=1.0, gt=0, le=60)
     # Deprecated: the 1 s TTL cache the warm cache replaced. Accepted so deployments that set it
     # still start; 0 turns the warm cache off (as it turned the TTL cache off), other values do

@@ -7,6 +7,7 @@ window's order is its rank zset then its overflow zset (max_members)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -28,7 +29,7 @@ from common.store.scripts import load_script
 # where each field goes (the scripts read the positions from the tables of the same names)
 TOP_KEYS, TOP_ARGS = ("RANK", "OVERFLOW", "META", "SEQ"), ("START", "STOP", "DESC", "REVERSE", "PLEN")
 LOCATE_KEYS = ("RANK", "OVERFLOW", "STATE", "INDEX", "META", "SEQ")
-LOCATE_ARGS = ("DESC", "REVERSE", "MODE", "BITS", "BASE", "AROUND", "PLEN")  # then the members
+LOCATE_ARGS = ("DESC", "REVERSE", "MODE", "BITS", "BASE", "AROUND", "PLEN", "BETTER")  # then the members
 PER_MEMBER = ("STATE", "POSITION", "BETTER", "META")  # locate.lua's reply per member, after total, seq
 _STATE, _POSITION, _BETTER, _META = (PER_MEMBER.index(n) for n in ("STATE", "POSITION", "BETTER", "META"))
 
@@ -157,7 +158,7 @@ def _rows(ref: WindowRef, reply: list[Any], at: int) -> list[Entry]:
     ]
 
 
-def _locate_args(ref: WindowRef, reverse: bool, around: int) -> list[str | int]:
+def _locate_args(ref: WindowRef, reverse: bool, around: int, better: bool) -> list[str | int]:
     packing = ref.packing
     values: dict[str, str | int] = {
         "DESC": _flag(ref.desc),
@@ -167,6 +168,7 @@ def _locate_args(ref: WindowRef, reverse: bool, around: int) -> list[str | int]:
         "BASE": 0 if packing is None else packing.base_ms,
         "AROUND": around,
         "PLEN": 0 if packing is not None else tie_prefix_length(ref.mode),
+        "BETTER": _flag(better),
     }
     return [values[name] for name in LOCATE_ARGS]
 
@@ -185,20 +187,35 @@ def _located(reply: list[Any], members: Sequence[str]) -> list[Located | None]:
 
 
 async def locate(
-    client: RedisPipe, ref: WindowRef, members: Sequence[str], reverse: bool, keys: list[str] | None = None
+    client: RedisPipe,
+    ref: WindowRef,
+    members: Sequence[str],
+    reverse: bool,
+    *,
+    keys: list[str] | None = None,
+    better: bool = True,
 ) -> Lookup:
-    """`keys`: ref.key_list(LOCATE_KEYS), if the caller keeps it."""
+    """`keys`: ref.key_list(LOCATE_KEYS), if the caller keeps it; better=False: no strictly-better
+    counts (Located.better -1: ordinal ranks need none; two ZCOUNTs a member saved)."""
     keys = ref.key_list(LOCATE_KEYS) if keys is None else keys
-    reply = await LOCATE.run_pipe(client, keys, [*_locate_args(ref, reverse, -1), *members])
+    reply = await LOCATE.run_pipe(client, keys, [*_locate_args(ref, reverse, -1, better), *members])
     return Lookup(int(reply[0]), int(reply[1]), _located(reply, members))
 
 
 async def around(
-    client: RedisPipe, ref: WindowRef, member: str, n: int, reverse: bool, *, keys: list[str] | None = None
+    client: RedisPipe,
+    ref: WindowRef,
+    member: str,
+    n: int,
+    reverse: bool,
+    *,
+    keys: list[str] | None = None,
+    better: bool = True,
 ) -> Around:
-    """`member` and the n rows above and below it, in one call; `keys` as for locate."""
+    """`member` and the n rows above and below it, in one call; `keys`, `better` as for locate
+    (without better, Around.ahead is 0)."""
     keys = ref.key_list(LOCATE_KEYS) if keys is None else keys
-    reply = await LOCATE.run_pipe(client, keys, [*_locate_args(ref, reverse, n), member])
+    reply = await LOCATE.run_pipe(client, keys, [*_locate_args(ref, reverse, n, better), member])
     page = Page(int(reply[0]), int(reply[1]), _rows(ref, reply, 2 + len(PER_MEMBER)))
     return Around(_located(reply, [member])[0], page, int(reply[-1]))
 
@@ -219,7 +236,7 @@ async def count_between(client: RedisPipe, ref: WindowRef, low: str, high: str) 
         client.send("ZCOUNT", ref.overflow_key, low, high),
         client.send("GET", ref.keys.seq),
     ]
-    ranked, overflow, seq = [await reply for reply in replies]
+    ranked, overflow, seq = await asyncio.gather(*replies)  # every reply retrieved, errors too
     return Counted(int(ranked) + int(overflow), int(seq or 0))
 
 
@@ -236,5 +253,5 @@ async def better_and_equal(
     replies = [client.send("ZCOUNT", key, *bounds) for key in (ref.rank_key, ref.overflow_key)
                for bounds in (better, equal)]  # fmt: skip
     replies.append(client.send("GET", ref.keys.seq))
-    b1, e1, b2, e2, seq = [await reply for reply in replies]
+    b1, e1, b2, e2, seq = await asyncio.gather(*replies)
     return int(b1) + int(b2), int(e1) + int(e2), int(seq or 0)

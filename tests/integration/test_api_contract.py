@@ -208,7 +208,7 @@ def test_a_method_no_route_takes_is_a_json_405(settings):
 
     # members/lookup also matches GET's members/{member}: that route answers (404: no such member)
     assert in_process(settings, requests) == [
-        (405, "method_not_allowed", "GET"),
+        (405, "method_not_allowed", "GET,HEAD"),
         (404, "member_not_found", None),
     ]
 

@@ -178,6 +178,8 @@ class NodeRunner:
         asyncio.run_coroutine_threadsafe(stop(), self.loop).result(60)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(10)
+        if not self._thread.is_alive():
+            self.loop.close()  # its own sockets too: an unclosed loop warns when collected
 
 
 def hot_settings(make_settings, tmp_path: Path, hot: bool = True, **overrides: object) -> Settings:

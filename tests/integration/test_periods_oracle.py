@@ -87,6 +87,8 @@ class ApiNode:
             self._run(self.http.close())
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(10)
+        if not self._thread.is_alive():
+            self.loop.close()  # its own sockets too: an unclosed loop warns when collected
 
     def request(self, method: str, path: str, params: dict[str, str], body: object = None) -> tuple[int, Any]:
         async def go() -> tuple[int, Any]:

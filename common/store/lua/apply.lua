@@ -736,10 +736,6 @@ if reset then
   end
 end
 if seq ~= seq0 then redis.call('SET', KEYS[KEY.SEQ], seq) end
--- the API nodes' warm caches drop the board (api/warm.py): sent with the call's writes, atomically
-if seq ~= seq0 or next(touched) ~= nil then
-  redis.call('PUBLISH', ARGV[H.NOTIFY], seq0 .. ' ' .. seq .. ' ' .. ARGV[H.BOARD])
-end
 --! phase write_instances
 
 -- a period's keys expire with it (a tie index's as they are written: tieindex.lua); without
@@ -755,4 +751,10 @@ for i = 1, W do
   end
 end
 --! phase expire
+-- last, so a refused PUBLISH (an ACL without the channel) can leave nothing half done: the API
+-- nodes' warm caches drop the board (api/warm.py), told in the same script as the writes
+if seq ~= seq0 or next(touched) ~= nil then
+  redis.call('PUBLISH', ARGV[H.NOTIFY], seq0 .. ' ' .. seq .. ' ' .. ARGV[H.BOARD])
+end
+--! phase notify
 return out

@@ -7,7 +7,8 @@
 --       previous release's state hash, tie index directory, meta hash, board seq. ARGV: desc
 --       1|0, reverse 1|0, tie mode inv|fwd|none, the packing (tie bits, -1 = the general
 --       layout; the ms ties count from), around (-1: no page; n: the page of the n rows above
---       and below the first member), the tie prefix's length (for that page), then the members.
+--       and below the first member), the tie prefix's length (for that page), better 1|0 (0:
+--       no strictly-better counts, -1 in their place: ordinal ranks need none), then the members.
 -- Returns {total, seq, then per member (positions in M): state ('' if absent), position
 -- (0-based in the view, -1 if absent), strictly-better count in the view (-1 if absent), meta
 -- ('' if none)}; with around >= 0, then the page as top.lua returns it (n = 0: the first
@@ -66,7 +67,7 @@ local function natural_position(m)
   return R + rank
 end
 
-local around = tonumber(ARGV[A.AROUND])
+local around, want_better = tonumber(ARGV[A.AROUND]), ARGV[A.BETTER] == '1'
 local first  -- the first member's position and score text, for the page around it
 local out = {total, tonumber(redis.call('GET', KEYS[K.SEQ]) or '0')}
 for k = A._N + 1, #ARGV do
@@ -78,8 +79,11 @@ for k = A._N + 1, #ARGV do
   else
     local pos = natural_position(zmember)
     if reverse then pos = total - 1 - pos end
-    local lo, hi = better_bounds(score)
-    local better = redis.call('ZCOUNT', RK, lo, hi) + redis.call('ZCOUNT', OV, lo, hi)
+    local better = -1
+    if want_better then
+      local lo, hi = better_bounds(score)
+      better = redis.call('ZCOUNT', RK, lo, hi) + redis.call('ZCOUNT', OV, lo, hi)
+    end
     row[M.STATE], row[M.POSITION], row[M.BETTER] = state, pos, better
     row[M.META] = redis.call('HGET', KEYS[K.META], member) or ''
     if k == A._N + 1 then first = {pos, score, better} end
@@ -97,7 +101,7 @@ if around >= 0 then
   PAGE.append(out, members, scores, KEYS[K.META])
   -- shared ranks: members strictly ahead of the page's first row (its zset score, maybe packed)
   local ahead = 0
-  if #members > 0 then
+  if #members > 0 and want_better then
     if start == first[1] then ahead = first[3]
     else
       local lo, hi = better_bounds(packing and ENC.score((ENC.unpack(packing, tonumber(scores[1])))) or scores[1])
