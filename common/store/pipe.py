@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import ssl
+from collections.abc import Iterator
 from typing import Any, cast
 from urllib.parse import unquote, urlsplit
 
@@ -44,6 +45,20 @@ def reply_error(error: hiredis.ReplyError) -> redis.RedisError:
     """The exception redis-py raises for this error reply (its own table: LOADING, NOSCRIPT, ...)."""
     found: redis.RedisError = BaseParser.parse_error(str(error))  # type: ignore[no-untyped-call]
     return found
+
+
+def parsed(reader: hiredis.Reader, data: bytes) -> Iterator[Any]:
+    """The replies `data` completes, an error reply as the exception redis-py raises for it;
+    ConnectionError if the bytes are not RESP."""
+    reader.feed(data)
+    while True:
+        try:
+            reply = reader.gets()
+        except hiredis.ProtocolError as exc:
+            raise redis.ConnectionError(f"Redis protocol error: {exc}") from None
+        if reply is False:
+            return
+        yield reply_error(reply) if isinstance(reply, hiredis.ReplyError) else reply
 
 
 def pack(args: tuple[Arg, ...] | list[bytes]) -> bytes:
@@ -96,27 +111,22 @@ class _Protocol(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.lost is not None:
             return
-        self.reader.feed(data)
         self.progress = True
         waiters = self.waiters
-        while True:
-            try:
-                reply = self.reader.gets()
-            except hiredis.ProtocolError as exc:
-                self.fail(redis.ConnectionError(f"Redis protocol error: {exc}"))
-                return
-            if reply is False:
-                return
-            if not waiters:  # e.g. an error Redis sends before closing (max clients reached)
-                self.fail(redis.ConnectionError(f"Redis sent what nobody asked for: {reply!r}"[:200]))
-                return
-            waiter = waiters.popleft()
-            if waiter.done():
-                continue  # its caller went away; its reply is consumed in its turn
-            if isinstance(reply, hiredis.ReplyError):
-                waiter.set_exception(reply_error(reply))
-            else:
-                waiter.set_result(reply)
+        try:
+            for reply in parsed(self.reader, data):
+                if not waiters:  # e.g. an error Redis sends before closing (max clients reached)
+                    self.fail(redis.ConnectionError(f"Redis sent what nobody asked for: {reply!r}"[:200]))
+                    return
+                waiter = waiters.popleft()
+                if waiter.done():
+                    continue  # its caller went away; its reply is consumed in its turn
+                if isinstance(reply, redis.RedisError):
+                    waiter.set_exception(reply)
+                else:
+                    waiter.set_result(reply)
+        except redis.ConnectionError as exc:
+            self.fail(exc)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.fail(redis.ConnectionError(f"Redis connection lost: {exc or 'closed'}"))

@@ -10,7 +10,7 @@ from typing import Any, cast
 import hiredis
 import redis
 
-from common.store.pipe import connection_args, pack, reply_error
+from common.store.pipe import connection_args, pack, parsed
 
 
 class _Feed(asyncio.Protocol):
@@ -23,16 +23,11 @@ class _Feed(asyncio.Protocol):
         self.transport = cast(asyncio.Transport, transport)  # uvloop's are not asyncio.Transport
 
     def data_received(self, data: bytes) -> None:
-        self.reader.feed(data)
-        while True:
-            try:
-                reply = self.reader.gets()
-            except hiredis.ProtocolError as exc:
-                self.deliver(redis.ConnectionError(f"Redis protocol error: {exc}"))
-                return
-            if reply is False:
-                return
-            self.deliver(reply_error(reply) if isinstance(reply, hiredis.ReplyError) else reply)
+        try:
+            for reply in parsed(self.reader, data):
+                self.deliver(reply)
+        except redis.ConnectionError as exc:
+            self.deliver(exc)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.deliver(redis.ConnectionError(f"Redis connection lost: {exc or 'closed'}"))
