@@ -1,0 +1,3 @@
+module rankstream/bench/rate
+
+go 1.21
