@@ -29,11 +29,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import redis
-from cachetools import LRUCache
+from cachetools import Cache, LRUCache
 
 from common.clock import Clock
 from common.store.keys import BoardKeys
@@ -41,16 +43,49 @@ from common.store.pipe import RedisPipe
 from common.store.subscription import Subscription
 
 _log = logging.getLogger(__name__)
-MAX_TRACKED_BOARDS = 100_000  # generations kept; beyond, a new epoch drops everything (rare)
+MAX_TRACKED_BOARDS = 1_000_000  # generations kept; beyond, a new epoch drops everything (rare)
+CHECKS_MISSED = 3  # no successful seq check for this many intervals: nothing is served or kept
 RECONNECT_S = (0.05, 1.0)  # the change feed's first and longest wait between attempts
 
 Stamp = tuple[int, int]
 Pushed = list[bytes] | Exception  # what the change feed's connection delivers
-ANSWER_OVERHEAD = 300  # bytes an answer costs besides its body (key, entry, LRU links), about
+ANSWER_OVERHEAD = 300  # bytes an answer costs besides its body and key (entry, LRU links), about
 
 
 def _size(answer: Answer) -> int:
-    return len(answer.body) + ANSWER_OVERHEAD
+    return len(answer.body) + len(answer.key) + ANSWER_OVERHEAD
+
+
+class _Answers(LRUCache[str, "Answer"]):
+    """The LRU of answers, counting them per board (so boards no longer held are found without
+    walking the answers, which would also reorder the LRU)."""
+
+    def __init__(self, max_bytes: int) -> None:
+        super().__init__(max_bytes, getsizeof=_size)
+        self.per_board: dict[str, int] = {}
+
+    def __setitem__(self, key: str, value: Answer) -> None:
+        old = self.get(key)
+        super().__setitem__(key, value)
+        if old is not None:
+            self._gone(old.board)
+        self.per_board[value.board] = self.per_board.get(value.board, 0) + 1
+
+    def __delitem__(self, key: str) -> None:
+        board = Cache.__getitem__(self, key).board  # the base class's: no reordering
+        super().__delitem__(key)
+        self._gone(board)
+
+    def clear(self) -> None:
+        super().clear()
+        self.per_board.clear()
+
+    def _gone(self, board: str) -> None:
+        left = self.per_board[board] - 1
+        if left:
+            self.per_board[board] = left
+        else:
+            del self.per_board[board]
 
 
 async def _join(pending: asyncio.Future[Answer]) -> Answer | None:
@@ -66,6 +101,7 @@ async def _join(pending: asyncio.Future[Answer]) -> Answer | None:
 
 @dataclass(frozen=True, slots=True)
 class Answer:
+    key: str  # the request's path and query
     body: bytes
     board: str
     stamp: Stamp
@@ -79,7 +115,7 @@ class WarmCache:
 
     def __init__(self, max_bytes: int, clock: Clock) -> None:
         self.enabled = max_bytes > 0
-        self._answers: LRUCache[str, Answer] = LRUCache(max(max_bytes, 1), getsizeof=_size)
+        self._answers = _Answers(max(max_bytes, 1))
         # boards with answers kept or being read: their generation (a board never read has none)
         self._generations: dict[str, int] = {}
         self._low_seq: dict[str, int] = {}  # per board: the lowest seq of an answer kept
@@ -87,10 +123,13 @@ class WarmCache:
         self._clock = clock
         self.epoch = 0
         self.live = False  # the change feed is subscribed: only then is anything served or kept
+        # and the seq check succeeded lately (a partition that stalls the check, with the feed's
+        # socket half open, must not serve kept answers unchecked): set by the check
+        self.checked_until = math.inf
         self.hits = self.misses = self.coalesced = self.gaps = self.checks_dropped = 0
 
     def get(self, key: str) -> Answer | None:
-        if not self.live:
+        if not self.live or time.monotonic() > self.checked_until:
             return None
         found = self._answers.get(key)
         if found is None:
@@ -113,7 +152,7 @@ class WarmCache:
 
     def stamp(self, board: str) -> Stamp | None:
         """Taken before a read is sent; None while no change feed is live (nothing is kept)."""
-        if not self.live or not self.enabled:
+        if not self.live or not self.enabled or time.monotonic() > self.checked_until:
             return None
         return self.epoch, self._generations.setdefault(board, 0)
 
@@ -147,9 +186,9 @@ class WarmCache:
             raise
         finally:
             del self._loading[loading]
-        answer = Answer(body, board, stamp, until_ms, seq)
+        answer = Answer(key, body, board, stamp, until_ms, seq)
         future.set_result(answer)
-        if stamp == self.stamp(board):
+        if stamp == self.stamp(board) and _size(answer) <= self._answers.maxsize:
             self._answers[key] = answer
             low = self._low_seq.get(board)
             self._low_seq[board] = seq if low is None else min(low, seq)
@@ -175,7 +214,7 @@ class WarmCache:
 
     def prune(self) -> None:
         """Forget the boards with no answer kept nor being read (evicted, expired, dropped)."""
-        busy = {answer.board for answer in self._answers.values()}
+        busy = set(self._answers.per_board)
         busy.update(board for board, _ in self._loading.values())
         for board in [b for b in self._generations if b not in busy]:
             del self._generations[board]
@@ -195,6 +234,7 @@ class ChangeFeed:
     def __init__(  # noqa: PLR0917 - one each
         self, url: str, key_prefix: str, cache: WarmCache, check_s: float, reads: RedisPipe, name: str = ""
     ) -> None:
+        cache.checked_until = time.monotonic() + CHECKS_MISSED * check_s
         self._url, self._prefix, self._cache, self._name = url, key_prefix, cache, name
         self._channel = BoardKeys(key_prefix, "").changes
         self._check_s, self._reads = check_s, reads
@@ -270,7 +310,9 @@ class ChangeFeed:
     async def _check_once(self) -> None:
         self._cache.prune()
         held = self._cache.boards_held()
+        deadline = time.monotonic() + CHECKS_MISSED * self._check_s
         if not held or not self._cache.live:
+            self._cache.checked_until = deadline
             return
         stamps = {board: self._cache.stamp(board) for board in held}
         replies = [self._reads.send("GET", BoardKeys(self._prefix, board).seq) for board in held]
@@ -278,6 +320,7 @@ class ChangeFeed:
         for (board, low), seq in zip(held.items(), seqs, strict=True):
             if seq != low and self._cache.stamp(board) == stamps[board]:
                 self._cache.moved(board)
+        self._cache.checked_until = deadline
 
 
 async def _next(

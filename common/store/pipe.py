@@ -141,6 +141,15 @@ class _Protocol(asyncio.Protocol):
         _fail(waiters, self.lost)
 
 
+def _close(protocol: _Protocol, session: list[asyncio.Future[Any]], error: Exception) -> None:
+    """A session that did not open: its connection goes, and every reply it got is retrieved
+    (a second refusal after the first must not be logged as never retrieved)."""
+    protocol.fail(error)
+    for reply in session:
+        if reply.done() and not reply.cancelled():
+            reply.exception()
+
+
 def _fail(futures: list[asyncio.Future[Any]], error: Exception) -> None:
     for future in futures:
         if not future.done():
@@ -204,6 +213,9 @@ class RedisPipe:
         except redis.ConnectionError as exc:
             self._fail_queued(exc)
             return
+        except Exception as exc:  # noqa: BLE001 - never leave the queued calls waiting
+            self._fail_queued(redis.ConnectionError(f"cannot open a Redis connection: {exc!r}"))
+            return
         except asyncio.CancelledError:
             self._fail_queued(redis.ConnectionError("the Redis client is closed"))
             raise
@@ -235,8 +247,12 @@ class RedisPipe:
                 for reply in session:
                     await reply
         except (redis.RedisError, TimeoutError) as exc:
-            protocol.fail(redis.ConnectionError(f"Redis at {where} refused the session: {exc}"))
-            raise redis.ConnectionError(f"Redis at {where} refused the session: {exc}") from None
+            refused = redis.ConnectionError(f"Redis at {where} refused the session: {exc}")
+            _close(protocol, session, refused)
+            raise refused from None
+        except BaseException:  # cancelled (aclose): the socket goes too
+            _close(protocol, session, redis.ConnectionError("the Redis client is closed"))
+            raise
         if protocol.lost is not None:  # closed (or spoke unasked) before anything was written
             raise redis.ConnectionError(f"Redis at {where}: {protocol.lost}")
         return protocol

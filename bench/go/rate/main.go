@@ -116,7 +116,12 @@ func main() {
 			if len(r.Body) > 0 {
 				body = bytes.NewReader(r.Body)
 			}
-			req, _ := http.NewRequest(method, base+r.Path, body)
+			req, err := http.NewRequest(method, base+r.Path, body)
+			if err != nil {
+				status[i] = -1
+				latency[i] = math.NaN()
+				return
+			}
 			if body != nil {
 				req.Header.Set("Content-Type", "application/json")
 			}
