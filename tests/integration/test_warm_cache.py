@@ -205,7 +205,11 @@ def test_no_answer_is_older_than_a_write_plus_the_bound(warm_settings, rclient):
     stop, started = threading.Event(), threading.Event()
 
     def kill(name: str) -> int:
-        ids = [c["id"] for c in rclient.client_list() if c.get("name") == name]
+        """Kill the node's connection of that name (waiting for it: a node may be restarting)."""
+        deadline = time.monotonic() + 10
+        while not (ids := [c["id"] for c in rclient.client_list() if c.get("name") == name]):
+            assert time.monotonic() < deadline, f"no connection named {name}"
+            time.sleep(0.01)
         for client_id in ids:
             rclient.client_kill_filter(_id=client_id)
         return len(ids)
