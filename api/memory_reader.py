@@ -5,6 +5,7 @@ from __future__ import annotations
 from api.hotboards import HotBoard
 from api.hotwindow import HotWindow
 from api.reader import Around, Counted, Entry, Located, Lookup, Page
+from common.store.reads import around_start
 
 _EMPTY_CACHE: dict[tuple[bool, object], HotWindow] = {}
 
@@ -46,13 +47,13 @@ class MemoryBoardReader:
     async def around(self, member: str, n: int, reverse: bool, better: bool = True) -> Around:
         found = (await self.locate([member], reverse)).found[0]
         if found is None:
-            return Around(None, Page(len(self._window), self._hot.seq, []), 0)
-        start = max(found.position - n, 0)
+            return Around(None, Page(len(self._window), self._hot.seq, []), 0, 0)
+        start = around_start(found.position, n)
         page = await self.page(start, found.position + n + 1, reverse)
         if start == found.position:
-            return Around(found, page, found.better)
+            return Around(found, page, start, found.better)
         ahead, _ = self._window.better_and_equal(page.entries[0].score, reverse)
-        return Around(found, page, ahead)
+        return Around(found, page, start, ahead)
 
     async def count_between(self, low: str, high: str) -> Counted:
         return Counted(self._window.count_between(_bound(low), _bound(high)), self._hot.seq)

@@ -22,11 +22,9 @@ def located_item(found: Located, target: Target) -> dict[str, Any]:
 
 async def ranked_page(reader: BoardReader, target: Target, offset: int, limit: int) -> tuple[Page, list[int]]:
     page = await reader.page(offset, offset + limit, target.reverse)
-    if target.ties is Ties.ORDINAL:
-        return page, list(range(offset + 1, offset + 1 + len(page.entries)))  # page_ranks' ordinal rule
     scores = [e.score for e in page.entries]
     first_better = 0
-    if page.entries:
+    if page.entries and target.ties is Ties.SHARED:  # ordinal ranks are positions
         first_better, _, _ = await reader.better_and_equal(scores[0], target.reverse)
     return page, page_ranks(offset, scores, first_better, target.ties)
 
@@ -58,8 +56,7 @@ async def around_answer(reader: BoardReader, target: Target, member: str, n: int
     got = await reader.around(member, n, target.reverse, _shared(target))  # one read: one seq
     if got.found is None:
         raise ApiError(404, "member_not_found", f"{member!r} is not on this board")
-    start = max(got.found.position - n, 0)  # clamped at the top; the page is clamped at the bottom
-    ranks = page_ranks(start, [e.score for e in got.page.entries], got.ahead, target.ties)
+    ranks = page_ranks(got.start, [e.score for e in got.page.entries], got.ahead, target.ties)
     return top_answer(target, got.page, ranks, reader.source)
 
 

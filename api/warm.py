@@ -33,6 +33,7 @@ import math
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 import redis
 from cachetools import Cache, LRUCache
@@ -48,7 +49,6 @@ CHECKS_MISSED = 3  # no successful seq check for this many intervals: nothing is
 RECONNECT_S = (0.05, 1.0)  # the change feed's first and longest wait between attempts
 
 Stamp = tuple[int, int]
-Pushed = list[bytes] | Exception  # what the change feed's connection delivers
 ANSWER_OVERHEAD = 300  # bytes an answer costs besides its body and key (entry, LRU links), about
 
 
@@ -269,18 +269,32 @@ class ChangeFeed:
             self._cache.new_epoch()
 
     async def _follow(self, stopping: asyncio.Event) -> None:
-        queue: asyncio.Queue[Pushed] = asyncio.Queue()
-        feed = Subscription(self._url, queue.put_nowait, name=self._name)
+        """Apply each notice as it arrives (in the connection's callback: no task, no queue);
+        return when stopping, raise what ended the connection."""
+        ended: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        def deliver(reply: Any) -> None:
+            if ended.done():
+                return
+            if isinstance(reply, Exception):  # the connection's end
+                ended.set_exception(reply)
+                return
+            try:
+                self._message(reply)
+            except Exception as exc:  # noqa: BLE001 - a bad notice: the feed starts again
+                ended.set_exception(exc)
+
+        feed = Subscription(self._url, deliver, name=self._name)
         await feed.open(self._channel)
+        stop: asyncio.Future[Any] = asyncio.ensure_future(stopping.wait())
         try:
-            while not stopping.is_set():
-                got = await _next(queue, stopping)
-                if got is None:
-                    return
-                if isinstance(got, Exception):
-                    raise got
-                self._message(got)
+            await asyncio.wait({ended, stop}, return_when=asyncio.FIRST_COMPLETED)
+            if ended.done():
+                ended.result()  # raises: the connection ended
         finally:
+            stop.cancel()
+            if not ended.done():
+                ended.cancel()  # what closing delivers now is ignored
             feed.close()
 
     def _message(self, reply: list[bytes]) -> None:
@@ -321,16 +335,3 @@ class ChangeFeed:
             if seq != low and self._cache.stamp(board) == stamps[board]:
                 self._cache.moved(board)
         self._cache.checked_until = deadline
-
-
-async def _next(
-    queue: asyncio.Queue[list[bytes] | Exception], stopping: asyncio.Event
-) -> list[bytes] | Exception | None:
-    getting = asyncio.ensure_future(queue.get())
-    stop = asyncio.ensure_future(stopping.wait())
-    done, _ = await asyncio.wait({getting, stop}, return_when=asyncio.FIRST_COMPLETED)
-    if getting in done:
-        stop.cancel()
-        return getting.result()
-    getting.cancel()
-    return None

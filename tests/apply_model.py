@@ -119,30 +119,26 @@ def period_end(tz: ZoneInfo, window: str, ts: int) -> int:
     key = (tz.key, window, pid)
     end = _ends.get(key)
     if end is None:
-        low, high = ts, ts + _SPAN[window]
-        assert period_id(tz, window, high) != pid
-        while high - low > 1:
-            mid = (low + high) // 2
-            if period_id(tz, window, mid) == pid:
-                low = mid
-            else:
-                high = mid
-        end = _ends[key] = high
+        end = _ends[key] = _edge(tz, window, pid, ts, ts + _SPAN[window])
     return end
 
 
 def period_start(tz: ZoneInfo, window: str, ts: int) -> int:
     """The first ms whose period id is that of `ts` (ids never come back: a binary search)."""
-    pid = period_id(tz, window, ts)
-    low, high = ts - _SPAN[window], ts
-    assert period_id(tz, window, low) != pid
-    while high - low > 1:
-        mid = (low + high) // 2
+    return _edge(tz, window, period_id(tz, window, ts), ts, ts - _SPAN[window])
+
+
+def _edge(tz: ZoneInfo, window: str, pid: str, inside: int, outside: int) -> int:
+    """The later of the two ms on either side of the edge of period `pid` between `inside` (in
+    it) and `outside` (not): its end when `outside` is later, its start when earlier."""
+    assert period_id(tz, window, outside) != pid
+    while abs(outside - inside) > 1:
+        mid = (inside + outside) // 2
         if period_id(tz, window, mid) == pid:
-            high = mid
+            inside = mid
         else:
-            low = mid
-    return high
+            outside = mid
+    return max(inside, outside)
 
 
 def period_expiry(tz: ZoneInfo, window: str, ts: int, retention: int) -> int:

@@ -65,6 +65,7 @@ class Around(NamedTuple):
 
     found: Located | None  # None: not on the board (and the page is empty)
     page: Page
+    start: int  # the page's first position in the view
     ahead: int  # members strictly better than the page's first row (shared ranks start there)
 
 
@@ -83,6 +84,11 @@ class WindowRef:
     desc: bool
     mode: TieMode
     packing: Packing | None = None  # a packed window (common/store/packing.py)
+
+    @property
+    def prefix_length(self) -> int:
+        """Bytes of tie prefix before a member id in the zsets (a packed window has none)."""
+        return 0 if self.packing is not None else tie_prefix_length(self.mode)
 
     @property
     def rank_key(self) -> str:
@@ -122,7 +128,7 @@ def _top_args(ref: WindowRef, start: int, stop: int, reverse: bool) -> list[str 
         "STOP": stop,
         "DESC": _flag(ref.desc),
         "REVERSE": _flag(reverse),
-        "PLEN": 0 if ref.packing is not None else tie_prefix_length(ref.mode),
+        "PLEN": ref.prefix_length,
     }
     return [values[name] for name in TOP_ARGS]
 
@@ -167,7 +173,7 @@ def _locate_args(ref: WindowRef, reverse: bool, around: int, better: bool) -> li
         "BITS": -1 if packing is None else packing.bits,
         "BASE": 0 if packing is None else packing.base_ms,
         "AROUND": around,
-        "PLEN": 0 if packing is not None else tie_prefix_length(ref.mode),
+        "PLEN": ref.prefix_length,
         "BETTER": _flag(better),
     }
     return [values[name] for name in LOCATE_ARGS]
@@ -217,7 +223,14 @@ async def around(
     keys = ref.key_list(LOCATE_KEYS) if keys is None else keys
     reply = await LOCATE.run_pipe(client, keys, [*_locate_args(ref, reverse, n, better), member])
     page = Page(int(reply[0]), int(reply[1]), _rows(ref, reply, 2 + len(PER_MEMBER)))
-    return Around(_located(reply, [member])[0], page, int(reply[-1]))
+    found = _located(reply, [member])[0]
+    return Around(found, page, 0 if found is None else around_start(found.position, n), int(reply[-1]))
+
+
+def around_start(position: int, n: int) -> int:
+    """The first position of the page of n rows above and below `position` (locate.lua's too):
+    clamped at the top; the page itself is cut at the bottom."""
+    return max(position - n, 0)
 
 
 def _zcount_bounds(ref: WindowRef, low: str, high: str) -> tuple[str, str]:
