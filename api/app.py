@@ -24,8 +24,8 @@ from api.warm import ChangeFeed, WarmCache
 from common.boards import BoardsConfig
 from common.clock import Clock, system_ms
 from common.settings import Settings
+from common.store.cluster import open_pipe
 from common.store.keys import BoardKeys
-from common.store.pipe import RedisPipe
 
 _log = logging.getLogger(__name__)
 READS_NAME, CHANGES_NAME = "rankstream-api", "rankstream-api-changes"  # CLIENT LIST names
@@ -117,9 +117,10 @@ async def openapi(request: web.Request) -> web.Response:
 
 
 def create_app(settings: Settings, boards: BoardsConfig, clock: Clock = system_ms) -> web.Application:
-    client = RedisPipe(
-        settings.redis_url.get_secret_value(), connect_timeout=1, reply_timeout=2, name=READS_NAME
-    )
+    client = open_pipe(
+        settings.redis_url.get_secret_value(), settings.redis_cluster, connect_timeout=1, reply_timeout=2,
+        name=READS_NAME,
+    )  # fmt: skip
     state = ApiState(
         boards=boards,
         redis=client,
@@ -146,7 +147,6 @@ def create_app(settings: Settings, boards: BoardsConfig, clock: Clock = system_m
     app.cleanup_ctx.append(follow_hot_boards)
     if state.warm.enabled:
         feed = ChangeFeed(
-            settings.redis_url.get_secret_value(),
             settings.key_prefix,
             state.warm,
             settings.warm_check_s,

@@ -10,6 +10,16 @@ from aiohttp import web
 from prometheus_client import Counter
 
 _log = logging.getLogger(__name__)
+# the store away or between states: a Redis Cluster failing over (CLUSTERDOWN, a slot nobody
+# serves yet) or migrating a slot longer than a request waits (TRYAGAIN, ASK/MOVED past the
+# client's redirects) is as unavailable as an unreachable server: 503, retry
+_UNAVAILABLE = (
+    redis.ConnectionError,
+    redis.TimeoutError,
+    redis.exceptions.ClusterDownError,
+    redis.exceptions.TryAgainError,
+    redis.exceptions.AskError,  # and MovedError, its subclass
+)
 
 
 class ApiError(Exception):
@@ -34,7 +44,7 @@ def error_answer(request: web.Request, exc: Exception, redis_errors: Counter) ->
         if exc.status < 400:
             raise exc
         return error_response(exc.status, exc.reason.lower().replace(" ", "_"), exc.reason)
-    if isinstance(exc, redis.ConnectionError | redis.TimeoutError):
+    if isinstance(exc, _UNAVAILABLE):
         redis_errors.inc()
         _log.warning("redis unavailable", extra={"path": request.path, "error": str(exc)})
         return error_response(503, "redis_unavailable", "the leaderboard store is unreachable; retry")

@@ -18,13 +18,12 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-import redis
 from confluent_kafka import Consumer, TopicPartition
 
 from api.hotwindow import HotWindow
 from common.boards import BoardsConfig, Order
 from common.cache_records import Kind, Record, decode, partition_for
-from common.clients import kafka_consumer
+from common.clients import kafka_consumer, redis_client
 from common.clock import Clock, system_ms
 from common.errors import InfrastructureError
 from common.kafka_types import consume_available
@@ -169,7 +168,7 @@ class HotBoards:
         )
 
     def _targets(self) -> None:
-        client = redis.Redis.from_url(self._settings.redis_url.get_secret_value(), socket_timeout=5)
+        client = redis_client(self._settings)  # a thread of its own: not the event loop's pipe
         try:
             for hot in self.boards.values():
                 hot.target = int(client.get(BoardKeys(self._settings.key_prefix, hot.board).seq) or 0)

@@ -7,7 +7,7 @@ from common.boards import Order
 from common.store import reads
 from common.store.encoding import tie_mode, window_packing
 from common.store.keys import BoardKeys
-from common.store.pipe import RedisPipe
+from common.store.pipe import Pipe
 
 
 class RedisBoardReader:
@@ -15,7 +15,7 @@ class RedisBoardReader:
 
     source = "redis"
 
-    def __init__(self, client: RedisPipe, keys: BoardKeys, where: Target) -> None:
+    def __init__(self, client: Pipe, keys: BoardKeys, where: Target) -> None:
         self._client = client
         board_type = where.board_type
         packing = window_packing(board_type, board_type.window(where.window), where.period_start_ms)

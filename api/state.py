@@ -14,7 +14,7 @@ from api.warm import WarmCache
 from common.boards import BoardsConfig
 from common.clock import Clock, system_ms
 from common.deadline import Deadline
-from common.store.pipe import RedisPipe
+from common.store.pipe import Pipe
 
 if TYPE_CHECKING:  # it reads a Target, whose parsing reads this state
     from api.redis_reader import RedisBoardReader
@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # it reads a Target, whose parsing reads this state
 @dataclass
 class ApiState:
     boards: BoardsConfig
-    redis: RedisPipe  # the API's pipelined Redis connection
+    redis: Pipe  # the API's pipelined Redis connection
     key_prefix: str
     warm: WarmCache  # answers of non-hot boards (api/warm.py)
     hot: HotBoards

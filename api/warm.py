@@ -40,7 +40,7 @@ from cachetools import Cache, LRUCache
 
 from common.clock import Clock
 from common.store.keys import BoardKeys
-from common.store.pipe import RedisPipe
+from common.store.pipe import Pipe
 from common.store.subscription import Subscription
 
 _log = logging.getLogger(__name__)
@@ -231,11 +231,12 @@ class WarmCache:
 class ChangeFeed:
     """The subscription to `<prefix>changes` and the seq check, run as a task of the API."""
 
-    def __init__(  # noqa: PLR0917 - one each
-        self, url: str, key_prefix: str, cache: WarmCache, check_s: float, reads: RedisPipe, name: str = ""
+    def __init__(
+        self, key_prefix: str, cache: WarmCache, check_s: float, reads: Pipe, name: str = ""
     ) -> None:
         cache.checked_until = time.monotonic() + CHECKS_MISSED * check_s
-        self._url, self._prefix, self._cache, self._name = url, key_prefix, cache, name
+        self._prefix, self._cache, self._name = key_prefix, cache, name
+        self._attempts = 0  # where the next subscription goes (a cluster: any node, in turn)
         self._channel = BoardKeys(key_prefix, "").changes
         self._check_s, self._reads = check_s, reads
         self.subscriptions = 0
@@ -284,7 +285,8 @@ class ChangeFeed:
             except Exception as exc:  # noqa: BLE001 - a bad notice: the feed starts again
                 ended.set_exception(exc)
 
-        feed = Subscription(self._url, deliver, name=self._name)
+        feed = Subscription(self._reads.feed_url(self._attempts), deliver, name=self._name)
+        self._attempts += 1
         await feed.open(self._channel)
         stop: asyncio.Future[Any] = asyncio.ensure_future(stopping.wait())
         try:

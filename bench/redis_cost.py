@@ -37,6 +37,7 @@ from bench.memory import used_memory
 from bench.redis_phases import read_phases, time_phases
 from common.boards import parse_boards
 from common.events import Op, UpdateEvent
+from common.store.topology import Store, masters
 from worker.apply import Applier, Position, Source
 
 DEFAULT_MEMBERS = 100_000
@@ -51,9 +52,13 @@ CONFIG = (
 )
 
 
-def redis_cpu_s(client: redis.Redis) -> float:
-    info = cast("dict[str, float]", client.info("cpu"))
-    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+def redis_cpu_s(client: Store) -> float:
+    """Redis' own CPU seconds so far: the server's, or the sum over a cluster's masters."""
+    total = 0.0
+    for node in masters(client):
+        info = cast("dict[str, float]", node.info("cpu"))
+        total += float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+    return total
 
 
 def member_ids(n: int, rng: random.Random) -> list[str]:

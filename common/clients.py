@@ -3,21 +3,43 @@
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlsplit
 
 import redis
 from confluent_kafka import Consumer, KafkaException, Producer
+from redis.exceptions import RedisClusterException, RedisError
 
-from common.errors import ConfigError
+from common.errors import ConfigError, InfrastructureError
 from common.settings import Settings
+from common.store.topology import CLUSTER_HINT, Store, connect, is_cluster_node
 
 
-def redis_client(settings: Settings, **kwargs: Any) -> redis.Redis:
+def redis_client(settings: Settings, **kwargs: Any) -> Store:
+    """A client of the configured Redis: one server or a cluster (common/store/topology.py). A
+    cluster client reads the slot map from its node when built: an unreachable node is an
+    InfrastructureError here, as it would be at the first call of a single-node client."""
+    url = settings.redis_url.get_secret_value()
     try:
-        return redis.Redis.from_url(
-            settings.redis_url.get_secret_value(), socket_timeout=5, socket_connect_timeout=2, **kwargs
-        )
+        client = connect(url, settings.redis_cluster, socket_timeout=5, socket_connect_timeout=2, **kwargs)
     except ValueError as exc:
         raise ConfigError(f"RANKSTREAM_REDIS_URL: {exc}") from None
+    except (RedisError, RedisClusterException) as exc:  # a cluster client reads the slot map now
+        where = urlsplit(url)
+        raise InfrastructureError(
+            f"cannot reach the Redis Cluster at {where.hostname}:{where.port or 6379}: {str(exc)[:200]}"
+        ) from None
+    if isinstance(client, redis.Redis) and _answers_as_cluster(client):
+        raise ConfigError(f"RANKSTREAM_REDIS_URL names a Redis Cluster node: {CLUSTER_HINT}")
+    return client
+
+
+def _answers_as_cluster(client: redis.Redis) -> bool:
+    """A single-node client talking to a cluster node would meet MOVED on most keys. Unknown
+    (Redis away, INFO refused): False, and the calls that follow report the trouble."""
+    try:
+        return is_cluster_node(client)
+    except RedisError:
+        return False
 
 
 def kafka_producer(

@@ -12,7 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import orjson
-import redis
 
 from common.boards import RESULT_SETTLE_MS, BoardType, Order, Window
 from common.periods import Period
@@ -20,6 +19,7 @@ from common.ranking import item
 from common.store import reads
 from common.store.encoding import tie_mode, window_packing
 from common.store.keys import BoardKeys, window_instance
+from common.store.topology import Store
 
 # Members per top.lua call while a result is read: each call stays under a millisecond of Redis
 # time on a million-member board, even with 1 KiB metas (bench/results.py: ~1.5 us a member, 3.2
@@ -75,7 +75,7 @@ class PeriodResult:
 
 
 def read_result(
-    client: redis.Redis,
+    client: Store,
     prefix: str,
     board_type: BoardType,
     board: str,

@@ -31,6 +31,13 @@ class Settings(BaseModel):
 
     kafka_bootstrap: str = "127.0.0.1:9092"
     redis_url: SecretStr = SecretStr("redis://127.0.0.1:6379/0")
+    # true: RANKSTREAM_REDIS_URL names any node of a Redis Cluster (database 0); every client
+    # discovers the others and follows MOVED/ASK (common/clients.py, common/store/cluster.py)
+    redis_cluster: bool = False
+    # > 0: before committing a batch the worker waits until every master has this many replicas
+    # holding its writes (WAIT), so a failover loses nothing committed (common/store/replicas.py)
+    redis_wait_replicas: int = Field(default=0, ge=0, le=16)
+    redis_wait_timeout_ms: int = Field(default=1_000, ge=1, le=60_000)
     boards: Path = Path("boards.yaml")
     topic_updates: str = "update_rank"
     topic_dlq: str = "update_rank.dlq"

@@ -14,7 +14,6 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-import redis
 from confluent_kafka import KafkaError, Message
 
 from common.boards import BoardsConfig, BoardType, Window, load_boards
@@ -25,6 +24,7 @@ from common.results import MAX_RESULT_BYTES, read_result, result_key
 from common.settings import Settings
 from common.store import periodmark
 from common.store.keys import BoardKeys, results_due, window_instance
+from common.store.topology import Store
 from rankstream.admin import board_type_of
 from rankstream.show import table
 
@@ -57,7 +57,7 @@ def _iso(ms: int) -> str:
 
 
 def closed_periods(
-    settings: Settings, client: redis.Redis, board: str, window: str | None = None, now_ms: int | None = None
+    settings: Settings, client: Store, board: str, window: str | None = None, now_ms: int | None = None
 ) -> list[Closed]:
     """Newest first per window: every closed period Redis still keeps that has a result (an
     event counted in it), and its result's state."""

@@ -268,6 +268,7 @@ class LocalRedis(_Server):
 
     port: int = 6379
     persist: bool = False
+    extra: tuple[str, ...] = ()  # more redis-server options (a cluster node's: rankstream/cluster.py)
 
     @property
     def url(self) -> str:
@@ -290,7 +291,7 @@ class LocalRedis(_Server):
             "--lazyfree-lazy-server-del",
             "yes",
         ]
-        self._spawn(argv)
+        self._spawn([*argv, *self.extra])
         deadline = time.monotonic() + timeout
         client = redis.Redis(port=self.port, socket_connect_timeout=0.5)
         while time.monotonic() < deadline:

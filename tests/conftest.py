@@ -3,6 +3,11 @@
 Where the servers come from, in order: RANKSTREAM_TEST_KAFKA / RANKSTREAM_TEST_REDIS (running
 ones), testcontainers when a Docker engine answers, otherwise the local stack (Kafka from Maven
 jars, redis-server) in .stack/test/. Never a silent skip: if none works the session fails.
+
+Topology: a test runs on one Redis server unless it is parametrized over `topology`
+(tests/helpers.py BOTH_TOPOLOGIES); its "cluster" case runs on a Redis Cluster of 3 masters with
+a replica each, RANKSTREAM_TEST_REDIS_CLUSTER (any node's URL of a running one) or started from
+the local redis-server binary in .stack/test/cluster/ the first time a test asks for it.
 """
 
 from __future__ import annotations
@@ -17,11 +22,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient
 
 from common.settings import Settings, load_settings
+from common.store.topology import Store, connect
+from rankstream.cluster import LocalRedisCluster
 from rankstream.stack import LocalKafka, LocalRedis, docker_engine_available, free_port
 from rankstream.topics import ensure_topics
 
@@ -74,17 +80,42 @@ def servers() -> Iterator[Servers]:
         yield found
 
 
+@pytest.fixture(scope="session")
+def cluster_url() -> Iterator[str]:
+    """A Redis Cluster shared by the session's cluster cases (started on first use)."""
+    env = os.environ.get("RANKSTREAM_TEST_REDIS_CLUSTER")
+    if env:
+        yield env
+        return
+    cluster = LocalRedisCluster(ROOT / ".stack" / "test" / "cluster")
+    try:
+        cluster.start()
+        yield cluster.url
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def topology(request: pytest.FixtureRequest) -> str:
+    """`single` unless the test is parametrized over it (tests/helpers.py BOTH_TOPOLOGIES)."""
+    return str(getattr(request, "param", "single"))
+
+
 def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
 
 
 @pytest.fixture
-def make_settings(servers: Servers, tmp_path: Path) -> Callable[..., Settings]:
-    """Settings of one test: its own topics, group and Redis key prefix."""
+def make_settings(
+    servers: Servers, tmp_path: Path, topology: str, request: pytest.FixtureRequest
+) -> Callable[..., Settings]:
+    """Settings of one test: its own topics, group and Redis key prefix, on its topology."""
     tag = uuid.uuid4().hex[:10]
+    cluster = topology == "cluster"
     base = {
         "kafka_bootstrap": servers.kafka_bootstrap,
-        "redis_url": servers.redis_url,
+        "redis_url": request.getfixturevalue("cluster_url") if cluster else servers.redis_url,
+        "redis_cluster": cluster,
         "boards": ROOT / "deploy" / "boards.yaml",
         "topic_updates": f"t{tag}.update_rank",
         "topic_dlq": f"t{tag}.update_rank.dlq",
@@ -118,9 +149,9 @@ def topics(settings: Settings) -> Iterator[Settings]:
 
 
 @pytest.fixture
-def rclient(settings: Settings) -> Iterator[redis.Redis]:
-    """A Redis client; the test's keys (its prefix) are removed afterwards."""
-    client = redis.Redis.from_url(settings.redis_url.get_secret_value())
+def rclient(settings: Settings) -> Iterator[Store]:
+    """A Redis client of the test's topology; the test's keys (its prefix) are removed afterwards."""
+    client = connect(settings.redis_url.get_secret_value(), settings.redis_cluster)
     yield client
     keys = list(client.scan_iter(match=f"{settings.key_prefix}*", count=1000))
     for start in range(0, len(keys), 500):

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import pytest
 import redis
 from aiohttp.test_utils import TestClient, TestServer
 from confluent_kafka import (
@@ -27,11 +28,13 @@ from confluent_kafka import (
     Producer,
     TopicPartition,
 )
+from redis.cluster import RedisCluster
 
 from api.app import create_app
 from common.boards import load_boards
 from common.clock import Clock, system_ms
 from common.settings import Settings
+from common.store.topology import Store
 from rankstream.stack import free_port
 from rankstream.topics import RESULTS_PARTITIONS
 from tests.conftest import unique
@@ -41,6 +44,9 @@ from worker.consumer import WorkerLoop
 from worker.dlq import HEADER_INDEX, HEADER_PARTITION, HEADER_REASON
 from worker.main import build_loop, cache_publisher
 from worker.metrics import WorkerMetrics
+
+# an oracle suite's tests run on one Redis server and on a Redis Cluster (tests/conftest.py)
+BOTH_TOPOLOGIES = pytest.mark.parametrize("topology", ["single", "cluster"], indirect=True)
 
 
 @contextmanager
@@ -115,10 +121,39 @@ def produce(settings: Settings, messages: list[StreamMessage]) -> None:
     assert producer.flush(30) == 0
 
 
-def applied_so_far(rclient: redis.Redis, settings: Settings) -> int:
+def mget(client: Store, keys: list[str]) -> list[Any]:
+    """MGET on either topology (a cluster's keys of several slots: one MGET per slot)."""
+    if isinstance(client, RedisCluster):
+        return list(client.mget_nonatomic(keys))
+    return list(client.mget(keys))
+
+
+def named_connections(client: Store, name: str) -> list[tuple[redis.Redis, str]]:
+    """(server, client id) of every connection called `name`, on every node of a cluster."""
+    nodes: list[redis.Redis] = [client] if isinstance(client, redis.Redis) else masters_and_replicas(client)
+    found = [(node, c) for node in nodes for c in node.client_list()]
+    return [(node, str(c["id"])) for node, c in found if c.get("name") == name]
+
+
+def masters_and_replicas(client: RedisCluster) -> list[redis.Redis]:
+    nodes = client.get_nodes()  # type: ignore[no-untyped-call]
+    return [n.redis_connection or client.get_redis_connection(n) for n in nodes]
+
+
+def kill_connections(client: Store, name: str) -> int:
+    """Redis drops every connection called `name` (a node's reads or change feed)."""
+    found = named_connections(client, name)
+    for node, client_id in found:
+        node.client_kill_filter(_id=client_id)
+    return len(found)
+
+
+def applied_so_far(rclient: Store, settings: Settings) -> int:
     """Events applied so far over the oracle's boards: the sum of their seq numbers."""
-    keys = [f"{settings.key_prefix}{{{b}}}:seq" for b in [*BOARDS, *RANGED_BOARDS]]
-    return sum(int(v or 0) for v in rclient.mget(keys))
+    pipe = rclient.pipeline(transaction=False)  # one board a slot: no MGET across a cluster
+    for board in [*BOARDS, *RANGED_BOARDS]:
+        pipe.get(f"{settings.key_prefix}{{{board}}}:seq")
+    return sum(int(v or 0) for v in pipe.execute())
 
 
 def check_dlq(
@@ -141,7 +176,7 @@ def check_dlq(
         assert all(got[k] >= n for k, n in expected.items())
 
 
-def backfill(settings: Settings, client: redis.Redis) -> None:
+def backfill(settings: Settings, client: Store) -> None:
     """What a worker does at start: publish every hot board's current state to update_cache."""
     producer = Producer({"bootstrap.servers": settings.kafka_bootstrap, "enable.idempotence": True})
     publisher = cache_publisher(settings, load_boards(settings.boards), producer, client)
@@ -168,6 +203,7 @@ def worker_env(settings: Settings, http_port: int = 0, worker_id: str = "") -> d
         {
             "RANKSTREAM_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
             "RANKSTREAM_REDIS_URL": settings.redis_url.get_secret_value(),
+            "RANKSTREAM_REDIS_CLUSTER": str(settings.redis_cluster).lower(),
             "RANKSTREAM_BOARDS": str(settings.boards),
             "RANKSTREAM_TOPIC_UPDATES": settings.topic_updates,
             "RANKSTREAM_TOPIC_DLQ": settings.topic_dlq,

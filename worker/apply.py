@@ -11,8 +11,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-import redis
-
 from common.boards import BoardsConfig, BoardType, Window, WindowKind
 from common.control import parse_selector
 from common.errors import InfrastructureError
@@ -40,6 +38,7 @@ from common.store.keys import (
     rolling_due,
     window_instance,
 )
+from common.store.topology import Store
 from common.windows import MAX_INSTANCES_PER_CALL as WINDOW_INSTANCES_PER_CALL
 from worker.faults import is_infrastructure
 from worker.rolling_slots import RollingSlots, results_of, unit_window
@@ -242,7 +241,7 @@ class Applier:
 
     def __init__(
         self,
-        client: redis.Redis,
+        client: Store,
         boards: BoardsConfig,
         key_prefix: str,
         id_window_s: int,

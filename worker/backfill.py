@@ -9,21 +9,20 @@ from __future__ import annotations
 
 import logging
 
-import redis
-
 from common.boards import BoardsConfig, WindowKind
 from common.cache_records import marker_record, state_record
 from common.periods import parse_period
 from common.store import scan
 from common.store.encoding import Packing, TieMode, tie_mode, window_bits, window_packing
 from common.store.keys import BoardKeys
+from common.store.topology import Store
 from worker.publisher import CachePublisher
 
 _log = logging.getLogger(__name__)
 LOCK_MS = 600_000
 
 
-def _instances(client: redis.Redis, keys: BoardKeys, windows: tuple[str, ...], boards: BoardsConfig,
+def _instances(client: Store, keys: BoardKeys, windows: tuple[str, ...], boards: BoardsConfig,
                board_type_name: str) -> list[tuple[str, Packing | None, TieMode]]:  # fmt: skip
     """Every instance of the hot windows Redis holds, how each packs and orders its ties."""
     board_type = boards.type_for(board_type_name)
@@ -45,7 +44,7 @@ def _instances(client: redis.Redis, keys: BoardKeys, windows: tuple[str, ...], b
 
 
 def backfill_board(
-    client: redis.Redis,
+    client: Store,
     publisher: CachePublisher,
     *,
     boards: BoardsConfig,
@@ -87,8 +86,6 @@ def backfill_board(
         client.delete(keys.hot_lock)
 
 
-def backfill_all(
-    client: redis.Redis, publisher: CachePublisher, boards: BoardsConfig, key_prefix: str
-) -> None:
+def backfill_all(client: Store, publisher: CachePublisher, boards: BoardsConfig, key_prefix: str) -> None:
     for hot in boards.hot:
         backfill_board(client, publisher, boards=boards, key_prefix=key_prefix, board=hot.board)

@@ -44,6 +44,7 @@ from common.events import (
 )
 from common.kafka_types import MessageLike, consume_available
 from common.store.encoding import Status
+from common.store.replicas import ReplicaWait
 from worker.apply import BOARD_CLOSED_MARK, Applier, EarlierFailure, EpochMismatch, Outcome, Position
 from worker.dlq import DeadLetters
 from worker.faults import is_infrastructure
@@ -119,6 +120,7 @@ class WorkerLoop:
         guard: SourceGuard | None = None,
         preparer: PreparerThread | None = None,
         results: ResultsThread | None = None,
+        replicas: ReplicaWait | None = None,
         batch_size: int,
         batch_timeout_s: float,
         max_future_skew_s: int,
@@ -136,6 +138,7 @@ class WorkerLoop:
         self.guard = guard
         self.preparer = preparer  # rolling windows' next periods (worker/rolling.py), beside the loop
         self.results = results  # period results (worker/results.py), beside the loop
+        self._replicas = replicas  # WAIT before each commit (RANKSTREAM_REDIS_WAIT_REPLICAS)
         self._checked = 0.0  # when every partition held was last checked against Redis
         self._paused: set[int] = set()  # partitions paused because they are blocked
         self._told: set[int] = set()  # blocked partitions whose ERROR line named a board
@@ -418,7 +421,9 @@ class WorkerLoop:
         offsets = _next_offsets(prepared.messages, None if guard is None else guard.epoch)
         last = {tp.partition: tp.offset - 1 for tp in offsets}
         if guard is not None:
-            guard.advance(last)  # Redis holds these now (the last Redis call: Kafka's turn next)
+            guard.advance(last)  # Redis holds these now (the last Redis write: Kafka's turn next)
+        if self._replicas is not None:
+            self._replicas.wait()  # and so do the replicas
         if group_metadata is None:  # process(): called on the consumer's own thread
             group_metadata = self._consumer.consumer_group_metadata()
         try:

@@ -26,6 +26,9 @@ _REDIS_TRANSIENT_CLASSES = (
     redis.exceptions.AskError,  # also MovedError (its subclass); the parser drops the code from the text
     redis.exceptions.AuthenticationError,
     redis.exceptions.NoPermissionError,
+    # the cluster client's own (not RedisErrors): no node reachable, a slot not served while a
+    # master fails over (SlotNotCoveredError), the slot map not agreeing yet
+    redis.exceptions.RedisClusterException,
 )
 
 

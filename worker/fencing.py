@@ -21,13 +21,14 @@ from confluent_kafka import KafkaException, Producer, TopicPartition
 
 from common.settings import Settings
 from common.store.keys import partition_owners
+from common.store.topology import Store
 
 _log = logging.getLogger(__name__)
 FENCE_TIMEOUT_S = 10.0
 
 
 class PredecessorFence:
-    def __init__(self, settings: Settings, client: redis.Redis, transactional_id: str) -> None:
+    def __init__(self, settings: Settings, client: Store, transactional_id: str) -> None:
         self._settings = settings
         self._client = client
         self._tid = transactional_id

@@ -24,6 +24,8 @@ from common.errors import InfrastructureError
 from common.health import serve_probes
 from common.results import MAX_RESULT_BYTES
 from common.settings import Settings
+from common.store.replicas import ReplicaWait
+from common.store.topology import Store
 from worker.apply import Applier
 from worker.backfill import backfill_all
 from worker.consumer import WorkerLoop
@@ -57,7 +59,7 @@ def lag_reporter(metrics: WorkerMetrics) -> Callable[[str], None]:
 
 
 def cache_publisher(
-    settings: Settings, boards: BoardsConfig, producer: Producer, client: redis.Redis
+    settings: Settings, boards: BoardsConfig, producer: Producer, client: Store
 ) -> CachePublisher:
     """A publisher over a plain (acknowledged) producer that backfills every hot board not yet
     backfilled: what a worker does before it consumes, and `rankstream backfill` by hand."""
@@ -98,7 +100,7 @@ def dlq_record_limit(settings: Settings) -> int:
 
 def build_loop(
     settings: Settings, metrics: WorkerMetrics, clock: Clock = system_ms
-) -> tuple[WorkerLoop, redis.Redis]:
+) -> tuple[WorkerLoop, Store]:
     """The worker's wiring; `clock` is the service's clock (common/clock.py)."""
     boards = load_boards(settings.boards)
     client = redis_client(settings)
@@ -196,6 +198,11 @@ def build_loop(
         guard=guard,
         preparer=preparer,
         results=results,
+        replicas=ReplicaWait(
+            client, settings.key_prefix, settings.redis_wait_replicas, settings.redis_wait_timeout_ms
+        )
+        if settings.redis_wait_replicas
+        else None,
         batch_size=settings.worker_batch_size,
         batch_timeout_s=settings.worker_batch_timeout_ms / 1000,
         max_future_skew_s=settings.max_future_skew_s,
@@ -210,7 +217,7 @@ def build_loop(
 
 def results_emitter(
     settings: Settings,
-    client: redis.Redis,
+    client: Store,
     boards: BoardsConfig,
     owner: str,
     *,

@@ -12,13 +12,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-import redis
-
 from common.boards import BoardsConfig
 from common.cache_records import deleted_record, marker_record, partition_for, reset_record, state_record
 from common.events import Op
 from common.store.encoding import MemberState, Status
 from common.store.keys import TOTAL_INSTANCE, BoardKeys
+from common.store.topology import Store
 from worker.apply import Outcome
 from worker.dlq import Sink
 
@@ -37,7 +36,7 @@ class CachePublisher:
         *,
         partitions: int,
         boards: BoardsConfig,
-        client: redis.Redis,
+        client: Store,
         key_prefix: str,
     ) -> None:
         self._topic = topic

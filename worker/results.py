@@ -45,6 +45,7 @@ from common.results import MAX_RESULT_BYTES, PeriodResult, read_result, split_re
 from common.store import lease, periodmark
 from common.store.encoding import text
 from common.store.keys import BoardKeys, results_due, results_emitter, window_instance
+from common.store.topology import Store
 from common.windows import parse_window
 from worker.faults import is_infrastructure
 from worker.metrics import WorkerMetrics
@@ -90,7 +91,7 @@ class _Pending:
 class ResultEmitter:
     def __init__(
         self,
-        client: redis.Redis,
+        client: Store,
         boards: BoardsConfig,
         *,
         prefix: str,

@@ -50,6 +50,7 @@ from common.store.keys import (
     rolling_since,
     window_instance,
 )
+from common.store.topology import Store
 from worker.metrics import WorkerMetrics
 from worker.passes import PassThread
 from worker.publisher import CachePublisher
@@ -80,7 +81,7 @@ class PrepareStats:
 class RollingPreparer:
     def __init__(
         self,
-        client: redis.Redis,
+        client: Store,
         boards: BoardsConfig,
         key_prefix: str,
         *,

@@ -39,7 +39,6 @@ from collections.abc import Callable, Iterable
 from contextlib import suppress
 from dataclasses import dataclass
 
-import redis
 from confluent_kafka import Consumer, KafkaException, TopicCollection, TopicPartition
 from confluent_kafka.admin import AdminClient
 
@@ -49,6 +48,7 @@ from common.settings import Settings
 from common.store.advance import raise_applied
 from common.store.encoding import text
 from common.store.keys import partition_sources
+from common.store.topology import Store
 from worker.apply import Applier, Source
 
 _log = logging.getLogger(__name__)
@@ -121,7 +121,7 @@ def judge(
 class SourceGuard:
     def __init__(
         self,
-        client: redis.Redis,
+        client: Store,
         make_admin: Callable[[], AdminClient],
         applier: Applier,
         *,

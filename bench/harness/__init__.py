@@ -4,7 +4,7 @@
 - `processes`: the child processes a benchmark starts, stopped in order however it ends;
 - `nodes`: `rankstream worker` and `rankstream api` processes on a stack, and their probes;
 - `probes`: plain HTTP GETs against what runs (readiness, JSON answers);
-- `kafka`: the bench's own bulk producer;
+- `kafka`: the bench's own bulk producer (plain, or held back in one transaction);
 - `fill`: a board filled through the worker's own write path;
 - `cpu`: CPU% of named processes (/proc), and of a load tool run to its end;
 - `wrk`, `rate`, `bare`: the load generators (wrk rounds, with a Lua script or not; a

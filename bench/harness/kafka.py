@@ -1,9 +1,11 @@
-"""The bench's own side of Kafka: quiet clients, and a bulk producer of prepared messages."""
+"""The bench's own side of Kafka: quiet clients, and a bulk producer of prepared messages (plain,
+or held back in one transaction until the caller lets them all out at once)."""
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from confluent_kafka import Producer
@@ -19,15 +21,8 @@ BIG_QUEUE = {"queue.buffering.max.messages": 2_000_000, "queue.buffering.max.kby
 Message = tuple[bytes, bytes]  # (key, value)
 
 
-def produce(bootstrap: str, topic: str, messages: Sequence[Message]) -> float:
-    """Write every message and wait for all acks; returns messages/s."""
-    failures: list[str] = []
-
-    def on_delivery(err: Any, msg: Any) -> None:
-        if err is not None:
-            failures.append(str(err))
-
-    producer = Producer(
+def _bulk_producer(bootstrap: str, on_delivery: Callable[[Any, Any], None], **extra: Any) -> Producer:
+    return Producer(
         {
             "bootstrap.servers": bootstrap,
             "linger.ms": 50,
@@ -36,9 +31,13 @@ def produce(bootstrap: str, topic: str, messages: Sequence[Message]) -> float:
             **QUIET_KAFKA,
             **BIG_QUEUE,
             "on_delivery": on_delivery,
+            **extra,
         }
     )
-    started = time.monotonic()
+
+
+def _write_all(producer: Producer, topic: str, messages: Sequence[Message], failures: list[str]) -> None:
+    """Every message written and acknowledged; BenchError if one was not."""
     for key, value in messages:
         while True:
             try:
@@ -49,4 +48,47 @@ def produce(bootstrap: str, topic: str, messages: Sequence[Message]) -> float:
     left = producer.flush(120)
     if left or failures:
         raise BenchError(f"producing to {topic}: {left} unsent, {len(failures)} failed {failures[:1]}")
+
+
+def produce(bootstrap: str, topic: str, messages: Sequence[Message]) -> float:
+    """Write every message and wait for all acks; returns messages/s."""
+    failures: list[str] = []
+
+    def on_delivery(err: Any, msg: Any) -> None:
+        if err is not None:
+            failures.append(str(err))
+
+    producer = _bulk_producer(bootstrap, on_delivery)
+    started = time.monotonic()
+    _write_all(producer, topic, messages, failures)
     return len(messages) / (time.monotonic() - started)
+
+
+@contextlib.contextmanager
+def produce_held(
+    bootstrap: str, topic: str, messages: Sequence[Message], transactional_id: str
+) -> Iterator[dict[int, int]]:
+    """Every message written inside one Kafka transaction, committed when the block ends
+    (aborted if it raises): read_committed consumers (the worker) see all of them at that
+    instant and none before, so a drain can be timed from the commit, with the consumers
+    already running. Yields per partition the offset a group that consumed them all commits
+    (the last message's + 1; the commit marker after it takes an offset of its own)."""
+    failures: list[str] = []
+    ends: dict[int, int] = {}
+
+    def on_delivery(err: Any, msg: Any) -> None:
+        if err is not None:
+            failures.append(str(err))
+        else:
+            ends[msg.partition()] = max(ends.get(msg.partition(), 0), msg.offset() + 1)
+
+    producer = _bulk_producer(bootstrap, on_delivery, **{"transactional.id": transactional_id})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    try:
+        _write_all(producer, topic, messages, failures)
+        yield ends
+    except BaseException:
+        producer.abort_transaction(30)
+        raise
+    producer.commit_transaction(60)

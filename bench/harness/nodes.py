@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
@@ -25,6 +26,7 @@ def node_env(settings: Settings, **extra: str) -> dict[str, str]:
         {
             "RANKSTREAM_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
             "RANKSTREAM_REDIS_URL": settings.redis_url.get_secret_value(),
+            "RANKSTREAM_REDIS_CLUSTER": "true" if settings.redis_cluster else "false",
             "RANKSTREAM_BOARDS": str(settings.boards),
             "RANKSTREAM_KEY_PREFIX": settings.key_prefix,
             "RANKSTREAM_TOPIC_UPDATES": settings.topic_updates,
@@ -45,22 +47,35 @@ def start_api(group: Children, name: str, settings: Settings) -> tuple[Child, st
 
 
 def start_worker(
-    group: Children, name: str, settings: Settings, *, http_port: int, worker_id: str = ""
+    group: Children,
+    name: str,
+    settings: Settings,
+    *,
+    http_port: int,
+    worker_id: str = "",
+    env: Mapping[str, str] | None = None,
 ) -> Child:
-    """A worker in settings.worker_group; its /readyz and /metrics on `http_port` (0: none)."""
+    """A worker in settings.worker_group; its /readyz and /metrics on `http_port` (0: none);
+    `env`: more RANKSTREAM_* settings for it."""
     extra = {"RANKSTREAM_WORKER_GROUP": settings.worker_group, "RANKSTREAM_WORKER_HTTP_PORT": str(http_port)}
+    extra.update(env or {})
     if worker_id:
         extra["RANKSTREAM_WORKER_ID"] = worker_id
     return group.spawn(name, [sys.executable, "-m", "rankstream.cli", "worker"], node_env(settings, **extra))
 
 
-def partitions_assigned(port: int, timeout: float = 1.0) -> bool:
-    """Whether the worker's /readyz reports all of update_rank's partitions assigned to it."""
+def assigned_partitions(port: int, timeout: float = 1.0) -> int:
+    """How many of update_rank's partitions the worker's /readyz reports assigned to it."""
     _, body = http_get(f"http://{HOST}:{port}/readyz", timeout=timeout)  # a 503 body still tells
     try:
-        return bool(body) and int(orjson.loads(body).get("partitions", 0)) >= UPDATE_PARTITIONS
+        return int(orjson.loads(body).get("partitions", 0)) if body else 0
     except (orjson.JSONDecodeError, AttributeError):
-        return False
+        return 0
+
+
+def partitions_assigned(port: int, timeout: float = 1.0) -> bool:
+    """Whether the worker's /readyz reports all of update_rank's partitions assigned to it."""
+    return assigned_partitions(port, timeout) >= UPDATE_PARTITIONS
 
 
 def wait_assigned(worker: Child, port: int) -> float:

@@ -27,15 +27,15 @@ BOARDS_YAML = f"timezone: UTC\ntypes:\n  gift: {{windows: [{', '.join(WINDOWS)}]
 ARRAY_SIZE = 100
 
 
-def make_events(n: int, id_prefix: str, rng: random.Random) -> list[dict[str, Any]]:
-    """n update events over BOARDS boards (uniform) and MEMBERS members (Zipf)."""
+def make_events(n: int, id_prefix: str, rng: random.Random, boards: int = BOARDS) -> list[dict[str, Any]]:
+    """n update events over `boards` boards (uniform) and MEMBERS members (Zipf)."""
     cum_weights = list(itertools.accumulate(1 / (rank + 1) ** ZIPF_S for rank in range(MEMBERS)))
     members = rng.choices(range(MEMBERS), cum_weights=cum_weights, k=n)
     now_ms = int(time.time() * 1000)
     return [
         {
             "id": f"{id_prefix}-{i}",
-            "board": f"gift:room{rng.randrange(BOARDS)}",
+            "board": f"gift:room{rng.randrange(boards)}",
             "member": f"u{member}",
             "score": rng.randint(1, 100),
             "ts": now_ms - rng.randrange(5000),

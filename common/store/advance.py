@@ -5,16 +5,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-import redis
-
 from common.store.scripts import load_script
+from common.store.topology import Store
 
 ARGS = ("TOPIC_ID",)  # then (partition, last offset) pairs
 
 _ADVANCE = load_script("advance", (("A", ARGS),))
 
 
-def raise_applied(client: redis.Redis, key: str, topic_id: str, last: Mapping[int, int]) -> None:
+def raise_applied(client: Store, key: str, topic_id: str, last: Mapping[int, int]) -> None:
     """The partitions' records become at least `last` (a record of another topic id, a
     recreated topic, is replaced)."""
     if last:

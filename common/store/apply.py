@@ -12,8 +12,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-import redis
-
 from common.events import Op
 from common.store.encoding import (
     EXACT_MAX,
@@ -27,6 +25,7 @@ from common.store.encoding import (
 )
 from common.store.keys import BoardKeys
 from common.store.scripts import ArgT, Call, load_script
+from common.store.topology import Store
 
 # where each field goes (apply.lua reads the positions from the tables of the same names)
 KEY = ("SEQ", "META", "FENCE", "IDW")  # the board's keys, then INST per instance
@@ -272,7 +271,7 @@ class ApplyScript:
             out.append(EventReply(status, seq, failed_as, states, meta, resets, sealed))
         return out
 
-    def run_many(self, client: redis.Redis, reqs: Sequence[ApplyRequest]) -> list[ApplyReply | Exception]:
+    def run_many(self, client: Store, reqs: Sequence[ApplyRequest]) -> list[ApplyReply | Exception]:
         """Every request in one round trip; a call the script refused comes back as its error
         (it changed nothing); a connection failure raises."""
         raw = self.lua.run_many(client, [self.call(r) for r in reqs], raise_on_error=False)

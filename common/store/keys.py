@@ -48,6 +48,9 @@ board lives in one Cluster slot and one script may touch all of it.
                                        (the period's end + late grace + a settle margin)
     <prefix>{results}:emitter           the worker that emits results: its transactional id, a lease
 
+    <prefix>{w<n>}:wait                a probe written before WAIT on each master (RANKSTREAM_REDIS_
+                                       WAIT_REPLICAS: common/store/replicas.py); expires in 60 s
+
     <prefix>changes                    a pub/sub channel, not a key: "<seq before> <seq after>
                                        <board>" for each apply call that changed a board
 
@@ -212,3 +215,9 @@ def results_due(prefix: str) -> str:
 def results_emitter(prefix: str) -> str:
     """The lease of the one worker emitting period results (worker/results.py)."""
     return f"{prefix}{{results}}:emitter"
+
+
+def replica_probe(prefix: str, tag: str) -> str:
+    """A key written on one master right before WAIT (common/store/replicas.py); `tag` picks
+    its slot."""
+    return f"{prefix}{{w{tag}}}:wait"

@@ -11,11 +11,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import redis
-
 from common.store.encoding import text
 from common.store.keys import BoardKeys
 from common.store.scripts import load_script
+from common.store.topology import Store
 
 MARK_KEYS, MARK_ARGS = ("MARK",), ("OP", "EXPIRE", "EXPECTED", "NEW")
 _SCRIPT = load_script("periodmark", (("K", MARK_KEYS), ("A", MARK_ARGS)))
@@ -56,19 +55,17 @@ def sent(partition: int, offset: int, seq: int, emitted_ms: int) -> str:
     return f"sent:{partition}:{offset}:{seq}:{emitted_ms}"
 
 
-def read_mark(client: redis.Redis, keys: BoardKeys, instance: str) -> Mark:
+def read_mark(client: Store, keys: BoardKeys, instance: str) -> Mark:
     raw = client.get(keys.prepared(instance))
     return parse_mark("" if raw is None else text(raw))
 
 
-def seal(client: redis.Redis, keys: BoardKeys, instance: str, expire_ms: int) -> Mark:
+def seal(client: Store, keys: BoardKeys, instance: str, expire_ms: int) -> Mark:
     """Seal the period (unless its result is past that already); the marker after."""
     return parse_mark(text(_SCRIPT.run(client, [keys.prepared(instance)], ["seal", expire_ms, "", ""])))
 
 
-def swap(
-    client: redis.Redis, keys: BoardKeys, instance: str, expected: Mark, new: str, *, expire_ms: int
-) -> Mark:
+def swap(client: Store, keys: BoardKeys, instance: str, expected: Mark, new: str, *, expire_ms: int) -> Mark:
     """Write `new` if the marker is still `expected`; the marker after (compare it with `new`)."""
     args: list[str | int] = ["swap", expire_ms, expected.raw, new]
     return parse_mark(text(_SCRIPT.run(client, [keys.prepared(instance)], args)))

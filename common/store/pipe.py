@@ -28,7 +28,7 @@ import asyncio
 import collections
 import ssl
 from collections.abc import Iterator
-from typing import Any, cast
+from typing import Any, Protocol, cast
 from urllib.parse import unquote, urlsplit
 
 import hiredis
@@ -86,6 +86,19 @@ def connection_args(url: str, name: str = "") -> tuple[str, int, list[list[bytes
         hello.append([b"CLIENT", b"SETNAME", name.encode()])  # what CLIENT LIST shows operators
     context = ssl.create_default_context() if parts.scheme == "rediss" else None
     return parts.hostname or "127.0.0.1", parts.port or 6379, hello, context
+
+
+class Pipe(Protocol):
+    """What the API's reads need of a Redis connection: RedisPipe (one server) or ClusterPipe
+    (common/store/cluster.py)."""
+
+    def send(self, *args: Arg) -> asyncio.Future[Any]: ...
+
+    async def call(self, *args: Arg) -> Any: ...
+
+    def feed_url(self, attempt: int) -> str: ...
+
+    async def aclose(self) -> None: ...
 
 
 class _Protocol(asyncio.Protocol):
@@ -163,6 +176,7 @@ class RedisPipe:
     def __init__(
         self, url: str, connect_timeout: float = 1.0, reply_timeout: float = 2.0, name: str = ""
     ) -> None:
+        self._url = url
         self._host, self._port, self._hello, self._ssl = connection_args(url, name)
         self._connect_timeout, self._reply_timeout = connect_timeout, reply_timeout
         self._out: list[bytes] = []  # queued, not yet written
@@ -191,6 +205,10 @@ class RedisPipe:
 
     async def call(self, *args: Arg) -> Any:
         return await self.send(*args)
+
+    def feed_url(self, attempt: int) -> str:
+        """Where the change feed subscribes: this server."""
+        return self._url
 
     def _flush(self) -> None:
         self._flush_scheduled = False

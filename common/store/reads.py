@@ -12,8 +12,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-import redis
-
 from common.store.encoding import (
     Packing,
     TieMode,
@@ -23,8 +21,9 @@ from common.store.encoding import (
     tie_prefix_length,
 )
 from common.store.keys import BoardKeys
-from common.store.pipe import RedisPipe
+from common.store.pipe import Pipe
 from common.store.scripts import load_script
+from common.store.topology import Store
 
 # where each field goes (the scripts read the positions from the tables of the same names)
 TOP_KEYS, TOP_ARGS = ("RANK", "OVERFLOW", "META", "SEQ"), ("START", "STOP", "DESC", "REVERSE", "PLEN")
@@ -134,7 +133,7 @@ def _top_args(ref: WindowRef, start: int, stop: int, reverse: bool) -> list[str 
 
 
 async def top(
-    client: RedisPipe, ref: WindowRef, start: int, stop: int, reverse: bool, *, keys: list[str] | None = None
+    client: Pipe, ref: WindowRef, start: int, stop: int, reverse: bool, *, keys: list[str] | None = None
 ) -> Page:
     """The view's positions [start, stop); `keys`: ref.key_list(TOP_KEYS), if the caller keeps it."""
     keys = ref.key_list(TOP_KEYS) if keys is None else keys
@@ -142,7 +141,7 @@ async def top(
     return _page(ref, reply)
 
 
-def top_sync(client: redis.Redis, ref: WindowRef, start: int, stop: int) -> Page:
+def top_sync(client: Store, ref: WindowRef, start: int, stop: int) -> Page:
     """The board's order, positions [start, stop), from a synchronous client (the worker's)."""
     return _page(ref, TOP.run(client, ref.key_list(TOP_KEYS), _top_args(ref, start, stop, False)))
 
@@ -193,7 +192,7 @@ def _located(reply: list[Any], members: Sequence[str]) -> list[Located | None]:
 
 
 async def locate(
-    client: RedisPipe,
+    client: Pipe,
     ref: WindowRef,
     members: Sequence[str],
     reverse: bool,
@@ -209,7 +208,7 @@ async def locate(
 
 
 async def around(
-    client: RedisPipe,
+    client: Pipe,
     ref: WindowRef,
     member: str,
     n: int,
@@ -240,7 +239,7 @@ def _zcount_bounds(ref: WindowRef, low: str, high: str) -> tuple[str, str]:
     return packed_bound(ref.packing, low, True), packed_bound(ref.packing, high, False)
 
 
-async def count_between(client: RedisPipe, ref: WindowRef, low: str, high: str) -> Counted:
+async def count_between(client: Pipe, ref: WindowRef, low: str, high: str) -> Counted:
     """(members with low <= score <= high, seq); bounds in Redis syntax (`-inf`, `(5`, `10`)."""
     low, high = _zcount_bounds(ref, low, high)
     # one write: the pipe sends what one turn queues together
@@ -253,9 +252,7 @@ async def count_between(client: RedisPipe, ref: WindowRef, low: str, high: str) 
     return Counted(int(ranked) + int(overflow), int(seq or 0))
 
 
-async def better_and_equal(
-    client: RedisPipe, ref: WindowRef, score: float, reverse: bool
-) -> tuple[int, int, int]:
+async def better_and_equal(client: Pipe, ref: WindowRef, score: float, reverse: bool) -> tuple[int, int, int]:
     """(members strictly better than `score` in the view, members equal to it, seq)."""
     value = format_score(score)
     high_first = ref.desc != reverse

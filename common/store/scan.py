@@ -13,11 +13,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import cast
 
-import redis
-
 from common.store.encoding import MemberState, Packing, TieMode, parse_state, text
 from common.store.keys import TOTAL_INSTANCE, BoardKeys
 from common.store.scripts import load_script
+from common.store.topology import Store
 
 SCAN_COUNT = 2_000
 PAGE_KEYS, PAGE_ARGS = ("RANK", "OVERFLOW"), ("AFTER", "SIZE")
@@ -33,7 +32,7 @@ class StateRow:
     meta: bytes | None
 
 
-def instances(client: redis.Redis, keys: BoardKeys, window: str, total: bool, packed: bool) -> list[str]:
+def instances(client: Store, keys: BoardKeys, window: str, total: bool, packed: bool) -> list[str]:
     """`total`, or every period of a calendar window that Redis still holds."""
     if total:
         return [TOTAL_INSTANCE]
@@ -43,7 +42,7 @@ def instances(client: redis.Redis, keys: BoardKeys, window: str, total: bool, pa
 
 
 def state_pages(
-    client: redis.Redis, keys: BoardKeys, instance: str, packing: Packing | None, mode: TieMode
+    client: Store, keys: BoardKeys, instance: str, packing: Packing | None, mode: TieMode
 ) -> Iterator[list[StateRow]]:
     """Every member of the instance with its state and meta, one scan page at a time."""
     if packing is not None:
@@ -66,7 +65,7 @@ def state_pages(
 
 
 def member_pages(
-    client: redis.Redis, keys: BoardKeys, instance: str, mode: TieMode, size: int
+    client: Store, keys: BoardKeys, instance: str, mode: TieMode, size: int
 ) -> Iterator[list[str]]:
     """Every member of a general instance, about `size` a page (whole tie index buckets, or an
     HSCAN page of a state hash): each call short, and a member max_members moves between the
@@ -82,7 +81,7 @@ def member_pages(
         yield [text(member) for member in reply[1::2]]
 
 
-def hash_field_pages(client: redis.Redis, key: str, size: int) -> Iterator[list[str]]:
+def hash_field_pages(client: Store, key: str, size: int) -> Iterator[list[str]]:
     """The field names of a hash, one HSCAN page (about `size`) at a time."""
     cursor = 0
     while True:
@@ -92,7 +91,7 @@ def hash_field_pages(client: redis.Redis, key: str, size: int) -> Iterator[list[
             return
 
 
-def _packed_pages(client: redis.Redis, keys: BoardKeys, instance: str) -> Iterator[list[tuple[bytes, bytes]]]:
+def _packed_pages(client: Store, keys: BoardKeys, instance: str) -> Iterator[list[tuple[bytes, bytes]]]:
     """A packed window's members, rank and overflow zsets together, page by page in value order
     (packedpage.lua: a member moving between the two while we page is never skipped)."""
     zsets = [keys.rank(instance, True), keys.overflow(instance, True)]
@@ -106,7 +105,7 @@ def _packed_pages(client: redis.Redis, keys: BoardKeys, instance: str) -> Iterat
 
 
 def _indexed_pages(
-    client: redis.Redis, keys: BoardKeys, instance: str, mode: TieMode
+    client: Store, keys: BoardKeys, instance: str, mode: TieMode
 ) -> Iterator[list[tuple[bytes, bytes]]]:
     """A general window's members and states through its tie index, whole buckets a page."""
     zsets = [keys.rank(instance), keys.overflow(instance), keys.tie_index(instance)]
@@ -117,7 +116,7 @@ def _indexed_pages(
         yield list(zip(reply[1::2], reply[2::2], strict=True))
 
 
-def _with_metas(client: redis.Redis, keys: BoardKeys, states: dict[bytes, MemberState]) -> list[StateRow]:
+def _with_metas(client: Store, keys: BoardKeys, states: dict[bytes, MemberState]) -> list[StateRow]:
     members = list(states)
     metas = client.hmget(keys.meta, members) if members else []
     return [

@@ -14,12 +14,12 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-import redis
 from redis.exceptions import NoScriptError
 
 from common.store.encoding import EXACT_MAX, TIE_MAX, TIE_WIDTH, Status
 from common.store.keys import INDEX_EXPIRY_SPREAD_MS
-from common.store.pipe import RedisPipe
+from common.store.pipe import Pipe
+from common.store.topology import Store
 
 KeyT = str | bytes
 ArgT = str | bytes | int | float
@@ -43,10 +43,10 @@ class LuaScript:
     def __post_init__(self) -> None:
         self.sha = hashlib.sha1(self.source.encode()).hexdigest()  # noqa: S324 - Redis names scripts by SHA1
 
-    def run(self, client: redis.Redis, keys: Sequence[KeyT], args: Sequence[ArgT]) -> Any:
+    def run(self, client: Store, keys: Sequence[KeyT], args: Sequence[ArgT]) -> Any:
         return self.run_many(client, [Call(keys, args)])[0]
 
-    def run_many(self, client: redis.Redis, calls: Sequence[Call], raise_on_error: bool = True) -> list[Any]:
+    def run_many(self, client: Store, calls: Sequence[Call], raise_on_error: bool = True) -> list[Any]:
         """All calls in one round trip. Calls refused with NOSCRIPT did not run, so they are
         re-sent after SCRIPT LOAD; any other error is raised, or with `raise_on_error=False`
         returned in its call's place (a connection failure always raises)."""
@@ -62,7 +62,7 @@ class LuaScript:
                 raise result
         return results
 
-    async def run_pipe(self, pipe: RedisPipe, keys: Sequence[KeyT], args: Sequence[ArgT]) -> Any:
+    async def run_pipe(self, pipe: Pipe, keys: Sequence[KeyT], args: Sequence[ArgT]) -> Any:
         """One call from asyncio code, on the API's pipelined connection (common/store/pipe.py);
         NOSCRIPT means it did not run, so load and send again."""
         try:
@@ -71,10 +71,10 @@ class LuaScript:
             await pipe.send("SCRIPT", "LOAD", self.source)
             return await pipe.send("EVALSHA", self.sha, len(keys), *keys, *args)
 
-    def _pipeline(self, client: redis.Redis, calls: Sequence[Call]) -> list[Any]:
+    def _pipeline(self, client: Store, calls: Sequence[Call]) -> list[Any]:
         pipe = client.pipeline(transaction=False)
-        for call in calls:
-            pipe.evalsha(self.sha, len(call.keys), *call.keys, *call.args)
+        for call in calls:  # not pipe.evalsha: a cluster pipeline refuses it, sends this to its slot
+            pipe.execute_command("EVALSHA", self.sha, len(call.keys), *call.keys, *call.args)
         return pipe.execute(raise_on_error=False)
 
 

@@ -16,6 +16,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from api.app import create_app
 from common.boards import load_boards
 from common.events import parse_message, ts_ceiling
+from tests.helpers import BOTH_TOPOLOGIES
 from tests.oracle import (
     ASC,
     BOARDS,
@@ -31,7 +32,7 @@ from tests.oracle import (
 )
 from worker.apply import Applier
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, BOTH_TOPOLOGIES]
 
 
 @pytest.fixture

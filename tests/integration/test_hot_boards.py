@@ -25,7 +25,7 @@ from common.settings import Settings
 from common.store.encoding import TIE_WIDTH
 from common.store.keys import BoardKeys
 from rankstream.topics import ensure_topics
-from tests.helpers import applied_so_far, produce, running_worker, wait_for
+from tests.helpers import BOTH_TOPOLOGIES, applied_so_far, produce, running_worker, wait_for
 from tests.oracle import (
     BOARDS,
     ORACLE_BOARDS_RANGED,
@@ -43,7 +43,7 @@ from worker.consumer import WorkerLoop
 from worker.main import build_loop
 from worker.metrics import WorkerMetrics
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, BOTH_TOPOLOGIES]
 HOT = {"gift:r0": ("total", "day"), "score:s0": ("total",), "ranged:g0": ("total", "day", "week")}
 HOT_YAML = "hot:\n" + "".join(f'  - {{board: "{b}", windows: [{", ".join(w)}]}}\n' for b, w in HOT.items())
 ALL_BOARDS = [*BOARDS, *RANGED_BOARDS]

@@ -17,10 +17,10 @@ from common.boards import load_boards
 from common.events import Op, UpdateEvent
 from common.store.encoding import TieMode
 from rankstream.topics import ensure_topics
-from tests.helpers import backfill
+from tests.helpers import BOTH_TOPOLOGIES, backfill
 from worker.apply import Applier
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, BOTH_TOPOLOGIES]
 CONFIG = """
 timezone: UTC
 types:

@@ -49,14 +49,14 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from common.settings import Settings
 from tests.conftest import ROOT
-from tests.helpers import read_results, worker_env
+from tests.helpers import BOTH_TOPOLOGIES, mget, read_results, worker_env
 from tests.integration.test_periods_oracle import accept_future_timestamps, wait_until
 from tests.results_model import Expect, check_records, check_totals
 from tests.results_stream import GIFT, ZONE, Stream, config, first_instant
 from tests.rolling_model import HOUR, MINUTE
 from tests.sim_worker import CLOCK_ENV, DWELL_ENV, PASS_ENV, ClockFile
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, BOTH_TOPOLOGIES]
 
 # at the first step of these hours (by the simulated clock): what happens to the workers
 # and at which moment of the leader's transaction of the results just due (Cluster.catch)
@@ -198,7 +198,7 @@ class Cluster:
         for key in keys:
             board, window, period = key.split("|")
             names.append(f"{self.prefix}{{{board}}}:rp:{window}:{period}")
-        values = cast(list[bytes | None], self.client.mget(names)) if names else []
+        values = cast(list[bytes | None], mget(self.client, names)) if names else []
         return [(v or b"").decode() for v in values]
 
     def await_successor(self, zombie: str) -> None:
@@ -281,7 +281,7 @@ class Cluster:
         markers = [f"{self.prefix}{{{board}}}:rp:last_3h:{following.id}" for board in boards]
 
         def prepared() -> tuple[bool, str]:
-            values = cast(list[bytes | None], self.client.mget(markers)) if markers else []
+            values = cast(list[bytes | None], mget(self.client, markers)) if markers else []
             missing = [(m, v) for m, v in zip(markers, values, strict=True) if v != b"done"]
             return not missing, f"not prepared: {missing}"
 
@@ -293,7 +293,7 @@ class Cluster:
         want = [self.expect.periods.boards[board].seq for board in boards]
 
         def applied() -> tuple[bool, str]:
-            got = [int(v or 0) for v in cast(list[bytes | None], self.client.mget(keys))]
+            got = [int(v or 0) for v in cast(list[bytes | None], mget(self.client, keys))]
             assert all(g <= w for g, w in zip(got, want, strict=True)), f"applied {got}, the model {want}"
             return got == want, f"applied {got}, the model {want}"
 

@@ -35,13 +35,13 @@ from api.state import APP_STATE
 from common.boards import load_boards
 from common.settings import Settings
 from common.store.keys import index_expiry
-from tests.helpers import header_map, read_all, running_worker
+from tests.helpers import BOTH_TOPOLOGIES, header_map, mget, read_all, running_worker
 from tests.period_model import Model, Span
 from tests.period_stream import AHEAD, DAY, HOT, MEMBERS, PROMO, SCENARIOS, Stream
 from tests.redis_layout import index_keys, read_general
 from worker.dlq import HEADER_INDEX, HEADER_REASON
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, BOTH_TOPOLOGIES]
 T = TypeVar("T")
 KEPT_SINCE = 35 * DAY  # kept periods are looked for from this long before the run (empty ones too)
 CHECK_EVERY = 16  # steps; and right after each probed boundary
@@ -135,7 +135,7 @@ def wait_applied(client: redis.Redis, prefix: str, model: Model) -> None:
     want = [model.boards[board].seq for board in boards]
 
     def applied() -> tuple[bool, str]:
-        got = [int(v or 0) for v in client.mget(keys)]
+        got = [int(v or 0) for v in mget(client, keys)]
         assert all(g <= w for g, w in zip(got, want, strict=True)), f"applied {got}, the model {want}"
         return got == want, f"applied {got}, the model {want}"
 

@@ -38,7 +38,7 @@ import worker.main
 from api.state import APP_STATE
 from common.settings import Settings
 from common.store.keys import index_expiry
-from tests.helpers import read_all, running_worker
+from tests.helpers import BOTH_TOPOLOGIES, mget, read_all, running_worker
 from tests.integration.test_periods_oracle import (
     ApiNode,
     SimClock,
@@ -50,7 +50,7 @@ from tests.rolling_model import Model, Rolling
 from tests.rolling_stream import BOARDS, HOT, Stream, config
 from worker.rolling import PreparerThread
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, BOTH_TOPOLOGIES]
 BOARD_NAMES = [board for boards in BOARDS.values() for board in boards]
 FULL_READ_EVERY = 8  # probes: also read the tie index of the current periods (a keyspace scan each)
 MEMORY_LAG_S = 5.0  # the longest a memory answer may take to agree with Redis (0: no lag allowed)
@@ -63,7 +63,7 @@ def wait_applied(client: redis.Redis, prefix: str, model: Model) -> None:
     want = [model.seq(board) for board in BOARD_NAMES]
 
     def applied() -> tuple[bool, str]:
-        got = [int(v or 0) for v in client.mget(keys)]
+        got = [int(v or 0) for v in mget(client, keys)]
         assert all(g <= w for g, w in zip(got, want, strict=True)), f"applied {got}, the model {want}"
         return got == want, f"applied {got}, the model {want}"
 
@@ -171,12 +171,12 @@ class Oracle:
             ]
 
         def prepared() -> tuple[bool, str]:
-            values = self.client.mget(wanted) if wanted else []
+            values = mget(self.client, wanted) if wanted else []
             missing = [(key, value) for key, value in zip(wanted, values, strict=True) if value != b"done"]
             return not missing, f"markers not done: {missing[:6]}"
 
         wait_until(prepared, "the next rolling periods prepared")
-        seqs = [int(v or 0) for v in self.client.mget([f"{self.tag(b)}:seq" for b in BOARD_NAMES])]
+        seqs = [int(v or 0) for v in mget(self.client, [f"{self.tag(b)}:seq" for b in BOARD_NAMES])]
         self.seqs = dict(zip(BOARD_NAMES, seqs, strict=True))
         assert self.seqs == {board: self.model.seq(board) for board in BOARD_NAMES}
         if node is None:

@@ -18,7 +18,6 @@ from typing import Any
 from unittest import mock
 
 import pytest
-import redis
 from aiohttp.test_utils import TestClient, TestServer
 
 from api.app import CHANGES_NAME, READS_NAME, create_app
@@ -28,9 +27,11 @@ from common.events import Op, UpdateEvent
 from common.settings import Settings
 from common.store.keys import BoardKeys
 from common.store.reads import LOCATE, TOP
+from common.store.topology import Store, masters
+from tests.helpers import BOTH_TOPOLOGIES, kill_connections, named_connections
 from worker.apply import Applier
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, BOTH_TOPOLOGIES]
 BOARD = "gift:warm"
 CHECK_S = 0.2  # warm_check_s here: the bound when a notice is lost
 BOUND_S = CHECK_S + 0.6  # what the test allows: the check, a reconnect's first wait, scheduling
@@ -64,7 +65,7 @@ async def shows(http: TestClient[Any, Any], url: str, seq: int) -> dict[str, Any
 class Writer:
     """Sets through the worker's own write path; rank 1 is always the latest member set."""
 
-    def __init__(self, settings: Settings, client: redis.Redis) -> None:
+    def __init__(self, settings: Settings, client: Store) -> None:
         self.applier = Applier(client, load_boards(settings.boards), settings.key_prefix, 600_000)
         self.top_of_seq: dict[int, str] = {}  # the board's seq after a write -> its rank-1 member
         self.done: list[tuple[float, int]] = []  # (monotonic time the apply returned, seq)
@@ -91,8 +92,10 @@ async def node(settings: Settings, clock: Clock = system_ms) -> AsyncIterator[Te
         yield http
 
 
-def calls(client: redis.Redis, command: str = "evalsha") -> int:
-    return int(client.info("commandstats").get(f"cmdstat_{command}", {}).get("calls", 0))
+def calls(client: Store, command: str = "evalsha") -> int:
+    """How many times Redis ran `command` (a cluster: over its masters)."""
+    stats = [node.info("commandstats").get(f"cmdstat_{command}", {}) for node in masters(client)]
+    return sum(int(s.get("calls", 0)) for s in stats)
 
 
 def metric(text: str, name: str) -> float:
@@ -176,9 +179,7 @@ def test_a_node_whose_feed_drops_forgets_what_it_kept(notices_only, rclient):
     async def go() -> tuple[str, str]:
         async with node(notices_only) as http:
             before = (await (await http.get(url)).json())["items"][0]["member"]
-            killed = [c["id"] for c in rclient.client_list() if c.get("name") == CHANGES_NAME]
-            for client_id in killed:
-                rclient.client_kill_filter(_id=client_id)
+            assert kill_connections(rclient, CHANGES_NAME) == 1
             writer.write("in-the-gap")  # at once: the feed waits 50 ms before reconnecting
             deadline = time.monotonic() + 10
             while metric(await (await http.get("/metrics")).text(), SUBSCRIPTIONS) < 2:
@@ -207,12 +208,10 @@ def test_no_answer_is_older_than_a_write_plus_the_bound(warm_settings, rclient):
     def kill(name: str) -> int:
         """Kill the node's connection of that name (waiting for it: a node may be restarting)."""
         deadline = time.monotonic() + 10
-        while not (ids := [c["id"] for c in rclient.client_list() if c.get("name") == name]):
+        while not named_connections(rclient, name):
             assert time.monotonic() < deadline, f"no connection named {name}"
             time.sleep(0.01)
-        for client_id in ids:
-            rclient.client_kill_filter(_id=client_id)
-        return len(ids)
+        return kill_connections(rclient, name)
 
     def write_all() -> dict[str, int]:
         events = {"feed_killed": 0, "reads_killed": 0}

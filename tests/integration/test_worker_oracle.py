@@ -14,6 +14,7 @@ import pytest
 
 from common.settings import Settings
 from tests.helpers import (
+    BOTH_TOPOLOGIES,
     applied_so_far,
     check_dlq,
     produce,
@@ -34,7 +35,7 @@ from tests.oracle import (
     run_model,
 )
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, BOTH_TOPOLOGIES]
 EVENTS = 100_000
 ROOT = Path(__file__).resolve().parents[2]
 
