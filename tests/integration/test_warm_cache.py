@@ -111,6 +111,9 @@ def test_answers_are_kept_until_the_board_changes(notices_only, rclient):
         writer.write()
     rclient.script_load(TOP.source)  # a fresh Redis refuses the first EVALSHA (NOSCRIPT): two calls
     rclient.script_load(LOCATE.source)
+    # a cluster's bus forwards a PUBLISH to the node's subscription, at times ~40 ms late: the
+    # writes' notices pass before the node subscribes, or one drops the burst's answer
+    time.sleep(0.3)
     url = f"/v1/boards/{BOARD}/top?limit=5"
 
     async def go() -> dict[str, Any]:
@@ -259,7 +262,8 @@ def test_no_answer_is_older_than_a_write_plus_the_bound(warm_settings, rclient):
         return await writing, [*subscriptions, *missed]
 
     events, (subs_first, subs_second, missed_first, missed_second) = asyncio.run(go())
-    assert events == {"feed_killed": 1, "reads_killed": 1}
+    assert events["feed_killed"] == 1
+    assert events["reads_killed"] >= 1  # a cluster: one connection per master the node asked
     assert subs_first == 2 and subs_second == 1  # the first node re-subscribed after the kill
     assert missed_first + missed_second >= 1  # the unheard write was caught by the seq check
     assert unavailable <= 5
