@@ -25,6 +25,7 @@ from common.settings import Settings
 from common.store.advance import raise_applied
 from common.store.encoding import text
 from common.store.keys import partition_sources
+from common.store.slotmarks import write_marks
 from worker.sources import (
     ACCEPTED,
     EPOCH,
@@ -132,6 +133,11 @@ def accept_redis(settings: Settings) -> list[str]:
         client.hset(key, ACCEPTED, ",".join(sorted(accepted)))
         lines.append(f"commits of epoch {', '.join(sorted(accepted))} accepted in epoch {epoch}")
     raise_applied(client, key, group.topic_id, {p: offset - 1 for p, (offset, _) in group.committed.items()})
+    if settings.redis_cluster and (written := write_marks(client, settings.key_prefix)):
+        lines.append(
+            f"{written} Redis Cluster slots had lost their mark (and their data): marked again; "
+            "restart the workers whose boards were blocked (board_epoch_mismatch)"
+        )
     lines += [
         f"partition {p}: Redis taken as holding everything before offset {offset}"
         for p, (offset, _) in sorted(group.committed.items())

@@ -153,9 +153,12 @@ def rclient(settings: Settings) -> Iterator[Store]:
     """A Redis client of the test's topology; the test's keys (its prefix) are removed afterwards."""
     client = connect(settings.redis_url.get_secret_value(), settings.redis_cluster)
     yield client
-    keys = list(client.scan_iter(match=f"{settings.key_prefix}*", count=1000))
-    for start in range(0, len(keys), 500):
-        client.delete(*keys[start : start + 500])
+    keys = list(client.scan_iter(match=f"{settings.key_prefix}*", count=5000))
+    for start in range(0, len(keys), 5000):
+        pipe = client.pipeline(transaction=False)  # a key a command: a cluster's go to their slots
+        for key in keys[start : start + 5000]:
+            pipe.unlink(key)
+        pipe.execute()
     client.close()
 
 

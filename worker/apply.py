@@ -20,6 +20,7 @@ from common.periods import Period, PeriodCache, expire_at_ms, no_period_span, pa
 from common.results import result_due_ms, result_key
 from common.store.apply import (
     DERIVED,
+    SLOT_LOST,
     UNREPORTED,
     ApplyEvent,
     ApplyReply,
@@ -38,6 +39,7 @@ from common.store.keys import (
     rolling_due,
     window_instance,
 )
+from common.store.slotmarks import mark_of
 from common.store.topology import Store
 from common.windows import MAX_INSTANCES_PER_CALL as WINDOW_INSTANCES_PER_CALL
 from worker.faults import is_infrastructure
@@ -88,7 +90,11 @@ class EpochMismatch(InfrastructureError):
     """A board's fence was written in another epoch of the Redis data set than the worker's."""
 
     def __init__(self, board: str, found: str, expected: str) -> None:
-        super().__init__(f"board {board} was written in epoch {found}, Redis' epoch is {expected}")
+        if found == SLOT_LOST:
+            why = f"board {board} has no fence and its slot's mark is gone: its Redis shard lost its data"
+        else:
+            why = f"board {board} was written in epoch {found}, Redis' epoch is {expected}"
+        super().__init__(why)
         self.board = board
 
 
@@ -256,6 +262,7 @@ class Applier:
         self._now_ms = now_ms
         # what worker/sources.py learns from Redis before each batch
         self.epoch = epoch  # the Redis data set's epoch, written into and checked against fences
+        self.slot_marks = False  # a cluster's slots are marked: a board without a fence checks its own
         self.legacy_ttl_ms = 0  # > 0 while adopting the previous release's boards (its id records)
         self.listpack_cap = LISTPACK_CAP
         # new general window instances get a tie index; off (RANKSTREAM_TIE_INDEX) and while
@@ -497,6 +504,7 @@ class Applier:
             ids=[entry.event.id for entry in chunk.events],
             score_range=board_type.score_range,
             tie_index=self.tie_index and not legacy,
+            slot_mark=mark_of(keys) if self.slot_marks else "",
         )
 
     def apply(

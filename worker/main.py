@@ -168,6 +168,7 @@ def build_loop(
         topic=settings.topic_updates,
         legacy_ttl_ms=settings.dedupe_window_s * 1000,
         adopt_window_ms=settings.id_window_s * 1000,
+        slot_marks=settings.redis_cluster,
     )
     guard.start()
     preparer = None

@@ -48,6 +48,7 @@ from common.settings import Settings
 from common.store.advance import raise_applied
 from common.store.encoding import text
 from common.store.keys import partition_sources
+from common.store.slotmarks import write_marks
 from common.store.topology import Store
 from worker.apply import Applier, Source
 
@@ -56,6 +57,7 @@ KAFKA_TIMEOUT_S = 10.0
 EPOCH = "epoch"
 ACCEPTED = "accepted"  # epochs `rankstream accept-redis` accepted the group's commits from
 LEGACY_UNTIL = "legacy_until"
+MARKED = "slots"  # set once every slot of a cluster holds its mark (common/store/slotmarks.py)
 BOARD_EPOCH = "board_epoch_mismatch"
 
 
@@ -131,8 +133,11 @@ class SourceGuard:
         topic: str,
         legacy_ttl_ms: int,
         adopt_window_ms: int,
+        slot_marks: bool = False,
     ) -> None:
         self._client = client
+        self._prefix = key_prefix
+        self._slot_marks = slot_marks  # a cluster: every slot marked (common/store/slotmarks.py)
         self._make_admin = make_admin
         self._admin = make_admin()  # the topic's id and partitions
         self._make_reader = make_reader
@@ -190,9 +195,9 @@ class SourceGuard:
         mode; returns the partitions that may not (and remembers them as blocked)."""
         numbers = sorted(p for p in set(partitions) if p in self._parts)
         self._read_commits([p for p in numbers if not self._parts[p].known])
-        fields = [EPOCH, LEGACY_UNTIL, ACCEPTED, *(str(p) for p in numbers)]
+        fields = [EPOCH, LEGACY_UNTIL, ACCEPTED, MARKED, *(str(p) for p in numbers)]
         values = self._client.hmget(self._key, [*fields, *(replay_field(p) for p in numbers)])
-        epoch, legacy_until, accepted = (text(v) for v in values[:3])
+        epoch, legacy_until, accepted, marked = (text(v) for v in values[:4])
         for p, raw in zip(numbers, values[len(fields) :], strict=True):
             self._parts[p].replay_until = self._replay_until(p, raw)
         if epoch is None:
@@ -203,11 +208,13 @@ class SourceGuard:
             legacy_until = text(self._client.hget(self._key, LEGACY_UNTIL))
         self.epoch = epoch
         self._applier.epoch = epoch
+        if self._slot_marks and not self._applier.slot_marks:
+            self._applier.slot_marks = marked is not None or self._mark_slots()
         adopting = legacy_until is not None and int(legacy_until) > time.time() * 1000
         self._applier.legacy_ttl_ms = self._legacy_ttl_ms if adopting else 0
         ok_epochs = frozenset((accepted or "").split(",")) - {""}
         verdicts = []
-        for p, raw in zip(numbers, values[3 : len(fields)], strict=True):
+        for p, raw in zip(numbers, values[4 : len(fields)], strict=True):
             stored = stored_position(raw, self._topic_id)
             verdict = judge(p, self._parts[p], epoch, stored, ok_epochs)
             if verdict is not None:
@@ -267,6 +274,13 @@ class SourceGuard:
         for verdict in verdicts:
             self.blocked[verdict.partition] = verdict
         return verdicts
+
+    def _mark_slots(self) -> bool:
+        """The first worker of a deployment on a cluster marks every slot, then says so."""
+        written = write_marks(self._client, self._prefix)
+        self._client.hset(self._key, MARKED, "1")
+        _log.info("marked every Redis Cluster slot", extra={"written": written})
+        return True
 
     def _start_epoch(self) -> str | None:
         """Redis has no epoch: start one (fresh deployment, or adopting the previous release's

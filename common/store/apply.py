@@ -28,15 +28,16 @@ from common.store.scripts import ArgT, Call, load_script
 from common.store.topology import Store
 
 # where each field goes (apply.lua reads the positions from the tables of the same names)
-KEY = ("SEQ", "META", "FENCE", "IDW")  # the board's keys, then INST per instance
+KEY = ("SEQ", "META", "FENCE", "IDW", "SLOT")  # the board's keys, then INST per instance
 INST = ("RANK", "OVERFLOW", "STATE", "INDEX", "RESET", "PREP")
 H = ("W", "E", "MODE", "DESC", "MAXM", "STATE", "EPOCH", "WINDOW", "CAP", "LEGACY_TTL", "S",
-     "LOW", "HIGH", "INTEGRAL", "INDEX", "NOTIFY", "BOARD")  # ARGV header  # fmt: skip
+     "LOW", "HIGH", "INTEGRAL", "INDEX", "NOTIFY", "BOARD", "MARKED")  # ARGV header  # fmt: skip
 SRC = ("FIELD", "TOPIC", "LOW")  # ARGV per source, after the header; then IA per instance
 # ARGV per instance, after the sources: BITS -1 = general layout; ROLE and the rest: Rolling below
 IA = ("EXPIRE", "BITS", "BASE", "ROLE", "GROUP", "FROM", "OLD", "NEW", "KEEP", "SEAL")
 
 FOREIGN_EPOCH = -1  # the reply's first field when the board's fence belongs to another epoch
+SLOT_LOST = ""  # ForeignEpoch.found when the board has no fence and its slot has lost its mark
 UNREPORTED = MemberState(math.nan, -1)  # apply.lua's '~': no state to publish for this instance
 
 
@@ -116,6 +117,9 @@ class ApplyRequest:
     # a new general window instance gets a tie index (else a state hash, which releases before
     # the tie index also read and write: while one may still be running)
     tie_index: bool = True
+    # on a cluster, the mark of the board's slot (common/store/slotmarks.py): a board without a
+    # fence is new only if its slot's mark exists; "" = not checked (one server)
+    slot_mark: str = ""
 
 
 class EventReply(NamedTuple):  # one per event
@@ -170,6 +174,7 @@ class ApplyScript:
             "META": keys.meta,
             "FENCE": keys.fence,
             "IDW": keys.id_window,
+            "SLOT": req.slot_mark or keys.fence,  # unread unless MARKED
         }
         key_list = [board[name] for name in KEY]
         for name, _, packing, rolling, _ in req.instances:
@@ -205,6 +210,7 @@ class ApplyScript:
             # a call that changed the board tells the API nodes (api/warm.py): PUBLISH on this
             "NOTIFY": keys.changes,
             "BOARD": keys.board,
+            "MARKED": "1" if req.slot_mark else "0",
         }
         args: list[ArgT] = [header[name] for name in H]
         for source in req.sources:

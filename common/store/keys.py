@@ -48,6 +48,9 @@ board lives in one Cluster slot and one script may touch all of it.
                                        (the period's end + late grace + a settle margin)
     <prefix>{results}:emitter           the worker that emits results: its transactional id, a lease
 
+    <prefix>{s<n>}:slot                a slot's mark, in each of the 16,384 slots of a cluster (the tag
+                                       <s<n>> picks the slot): its absence tells a lost slot from a
+                                       new board (common/store/slotmarks.py)
     <prefix>{w<n>}:wait                a probe written before WAIT on each master (RANKSTREAM_REDIS_
                                        WAIT_REPLICAS: common/store/replicas.py); expires in 60 s
 
@@ -221,3 +224,8 @@ def replica_probe(prefix: str, tag: str) -> str:
     """A key written on one master right before WAIT (common/store/replicas.py); `tag` picks
     its slot."""
     return f"{prefix}{{w{tag}}}:wait"
+
+
+def slot_mark(prefix: str, tag: str) -> str:
+    """The mark of the slot `tag` hashes to (common/store/slotmarks.py)."""
+    return f"{prefix}{{{tag}}}:slot"

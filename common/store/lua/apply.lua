@@ -21,7 +21,8 @@
 -- (hot boards): per instance in its mask, "<score>|<tie ms>" or "" for an absent member, then
 -- the member's meta ('' if none), so update_cache always carries it; '~' for a derived rolling
 -- period the event did not write (its preparation has not begun): nothing to publish. A board whose fence
--- belongs to another epoch returns {-1, <its epoch>} and changes nothing.
+-- belongs to another epoch returns {-1, <its epoch>} and changes nothing; so does {-1, ''} a board
+-- without a fence whose slot has no mark (common/store/slotmarks.py: the slot lost its data).
 --
 -- Control ops (`rankstream erase` / `reset`, common/control.py) come alone in their call and
 -- count in every instance of it, whatever their mask says (a double: it can't name more than 53,
@@ -324,6 +325,10 @@ for k = 1, S do
 end
 local stored = redis.call('HMGET', KEYS[KEY.FENCE], unpack(fields))
 if stored[1] and stored[1] ~= epoch then return {-1, stored[1]} end
+-- no fence: a new board, or (a cluster) one whose slot lost its data, as its slot's mark did
+if not stored[1] and ARGV[H.MARKED] == '1' and redis.call('EXISTS', KEYS[KEY.SLOT]) == 0 then
+  return {-1, ''}
+end
 local fence_dirty = not stored[1]
 for k, src in ipairs(sources) do
   local value, rej = stored[2 * k], stored[2 * k + 1]
