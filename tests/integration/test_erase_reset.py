@@ -32,7 +32,7 @@ from common.events import Op
 from common.settings import Settings
 from common.store.keys import BoardKeys
 from rankstream import admin
-from tests.helpers import header_map, produce, read_all, running_worker, wait_for, worker_env
+from tests.helpers import BOTH_TOPOLOGIES, header_map, produce, read_all, running_worker, wait_for, worker_env
 from tests.integration.test_hot_boards import (
     HOT,
     NodeRunner,
@@ -45,7 +45,7 @@ from tests.oracle import Message, Model, _event, compare_redis, now_ms, period_i
 from tests.redis_layout import index_keys
 from worker.outputs import TransactionalOutputs
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, BOTH_TOPOLOGIES]
 RANKSTREAM = Path(sys.executable).parent / "rankstream"
 WAIT_S = 30.0
 HOUR_MS = 3_600_000
