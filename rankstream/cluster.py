@@ -107,6 +107,9 @@ class LocalRedisCluster:
         self.wait_ok(timeout)
 
     def stop(self) -> None:
+        for port in self.alive():  # a frozen node would take SIGTERM only once resumed
+            with contextlib.suppress(ProcessLookupError):
+                self.thaw(port)
         for node in self.nodes:
             with contextlib.suppress(StackError, OSError, subprocess.TimeoutExpired):
                 node.stop(timeout=5)
@@ -176,6 +179,18 @@ class LocalRedisCluster:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(node.proc.pid, signal.SIGKILL)
             node.proc.wait(timeout=10)
+
+    def freeze(self, port: int) -> None:
+        """SIGSTOP a node: alive but silent (a stalled machine); `thaw` resumes it."""
+        self._signal(port, signal.SIGSTOP)
+
+    def thaw(self, port: int) -> None:
+        self._signal(port, signal.SIGCONT)
+
+    def _signal(self, port: int, sig: signal.Signals) -> None:
+        node = next(n for n in self.nodes if n.port == port)
+        if node.proc is not None and node.proc.poll() is None:
+            os.killpg(node.proc.pid, sig)
 
     def restart(self, port: int) -> None:
         """Start a killed node again: it rejoins (its nodes.conf) as a replica of its successor."""

@@ -8,8 +8,8 @@ already there: ASKING then the command, written together on the target's connect
 (the slot is moving and the command's keys are split: sent again shortly). A connection that
 fails (a master killed) reloads the map and sends again, until the replica promoted in its place
 answers. Every command the API sends is a read, so sending one again is safe. A command is given
-up after `MAX_TRIES` sends (TRYAGAIN excepted: it lasts as long as the slot's keys take to move)
-or `give_up_s` (a cluster that stays down answers 503).
+up after `MAX_TRIES` sends (ASK and TRYAGAIN excepted: they last as long as a moving slot's keys
+take to move) or `give_up_s` (a cluster that stays down answers 503).
 
 Keyless commands: PING and SCRIPT go to every master (a script is loaded where it runs; ready
 means every master answers); the pub/sub feed subscribes to any node, since a PUBLISH reaches
@@ -134,10 +134,12 @@ class ClusterPipe:
         if exc is None:
             outer.set_result(inner.result())
             return
+        # ASK and TRYAGAIN last while a slot's keys are split between two masters (a migration in
+        # progress, as long as its keys take to move; a command of keys on both sides goes
+        # ASK, TRYAGAIN, ASK... until then): waited out until give-up time, not counted as sends
+        moving = type(exc) in {AskError, TryAgainError}  # not MovedError, a subclass of AskError
         if (
-            # TRYAGAIN lasts while a slot's keys are split between two masters (a migration in
-            # progress, as long as the keys take to move): waited out until give-up time
-            (tries >= MAX_TRIES and not isinstance(exc, TryAgainError))
+            (tries >= MAX_TRIES and not moving)
             or time.monotonic() > until
             or not isinstance(exc, (AskError, TryAgainError, *_RELOAD))
         ):
@@ -151,9 +153,8 @@ class ClusterPipe:
         elif isinstance(exc, AskError):  # written together: ASKING holds for the next command only
             pipe = self._pipe((exc.host, int(exc.port)))
             pipe.send("ASKING").add_done_callback(_retrieve)
-            self._watch(pipe.send(*args), args, outer, again, until)
+            self._watch(pipe.send(*args), args, outer, tries, until)
         elif isinstance(exc, TryAgainError):
-            # not counted as a send: the redirects after it (ASK, MOVED) still get their tries
             asyncio.get_running_loop().call_later(TRYAGAIN_PAUSE_S, self._route, args, outer, tries, until)
         else:  # the node is away: perhaps failed over
             self._start_reload(pause=0.05 * again)
