@@ -16,7 +16,7 @@ import os
 import shutil
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -137,15 +137,22 @@ def settings(make_settings: Callable[..., Settings]) -> Settings:
     return make_settings()
 
 
-@pytest.fixture
-def topics(settings: Settings) -> Iterator[Settings]:
-    """The test's topics exist for its duration, then are deleted."""
+@contextmanager
+def own_topics(settings: Settings) -> Iterator[Settings]:
+    """The topics of `settings` exist inside, and are deleted after."""
     ensure_topics(settings)
     yield settings
     admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
     names = [settings.topic_updates, settings.topic_dlq, settings.topic_cache, settings.topic_results]
     for future in admin.delete_topics(names, operation_timeout=30).values():
         future.result(timeout=30)
+
+
+@pytest.fixture
+def topics(settings: Settings) -> Iterator[Settings]:
+    """The test's topics exist for its duration, then are deleted."""
+    with own_topics(settings):
+        yield settings
 
 
 @pytest.fixture

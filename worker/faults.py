@@ -32,6 +32,10 @@ _REDIS_TRANSIENT_CLASSES = (
 )
 
 
+# a script meeting a key of its slot on the other master while the slot moves (Redis Cluster)
+_REDIS_TRANSIENT_TEXT = ("non local key",)
+
+
 def is_infrastructure(exc: BaseException) -> bool:
     """True: retry the batch after a back-off. False: the message that raised it is poison."""
     if isinstance(exc, RankstreamError):
@@ -41,5 +45,5 @@ def is_infrastructure(exc: BaseException) -> bool:
     if isinstance(exc, redis.ResponseError):
         # redis-py maps some codes to classes; others (BUSY, MISCONF) stay in the message
         code = str(exc).split(" ", 1)[0]
-        return code in _REDIS_TRANSIENT_CODES
+        return code in _REDIS_TRANSIENT_CODES or any(t in str(exc) for t in _REDIS_TRANSIENT_TEXT)
     return False

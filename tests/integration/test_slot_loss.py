@@ -30,7 +30,7 @@ def send(settings: Settings, board: str, first: int, n: int) -> int:
         event = {"id": f"{board}-{i}", "board": board, "member": f"m{i % 7}", "score": 1}
         producer.produce(
             settings.topic_updates, json.dumps(event).encode(), key=board.encode(),
-            on_delivery=lambda err, msg: partitions.add(msg.partition()),
+            on_delivery=lambda err, msg: partitions.add(msg.partition() or 0),
         )  # fmt: skip
     assert producer.flush(30) == 0
     (partition,) = partitions

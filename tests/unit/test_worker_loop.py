@@ -393,6 +393,12 @@ INFRASTRUCTURE_REPLIES = [
     pytest.param(_parsed("MASTERDOWN Link with MASTER is down"), id="MASTERDOWN"),
     pytest.param(redis.ResponseError("MISCONF Redis is configured to save RDB snapshots"), id="MISCONF"),
     pytest.param(_parsed("ASK 3999 127.0.0.1:6381"), id="ASK"),
+    pytest.param(redis.exceptions.SlotNotCoveredError("slot 3999 is not covered"), id="SlotNotCovered"),
+    pytest.param(redis.exceptions.RedisClusterException("Redis Cluster cannot be connected"), id="Cluster"),
+    pytest.param(
+        _parsed("ERR Script attempted to access a non local key in a cluster node script: f_1"),
+        id="non-local-key",
+    ),
 ]
 
 
