@@ -22,8 +22,6 @@ CLUSTER_HINT = "set RANKSTREAM_REDIS_CLUSTER=true to use a Redis Cluster"
 def connect(url: str, cluster: bool, **kwargs: Any) -> Store:
     """A client of `url`: a cluster client when `cluster` (`url` names any of its nodes; it has
     database 0 only). Raises ValueError for a malformed URL."""
-    # no CLIENT SETINFO: Redis 7.0 refuses it, an error in its errorstats per connection
-    kwargs = {"lib_name": None, "lib_version": None, **kwargs}
     if not cluster:
         return redis.Redis.from_url(url, **kwargs)
     if urlparse(url).path.strip("/") not in {"", "0"}:
