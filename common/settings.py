@@ -37,7 +37,7 @@ class Settings(BaseModel):
     # > 0: before committing a batch the worker waits until every master has this many replicas
     # holding its writes (WAIT), so a failover loses nothing committed (common/store/replicas.py)
     redis_wait_replicas: int = Field(default=0, ge=0, le=16)
-    redis_wait_timeout_ms: int = Field(default=1_000, ge=1, le=60_000)
+    redis_wait_timeout_ms: int = Field(default=1_000, ge=1, le=4_000)  # below the 5 s socket timeout
     boards: Path = Path("boards.yaml")
     topic_updates: str = "update_rank"
     topic_dlq: str = "update_rank.dlq"

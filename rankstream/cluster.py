@@ -19,9 +19,9 @@ from typing import Any
 import redis
 
 from common.errors import StackError
+from common.store.topology import SLOTS
 from rankstream.stack import REDIS_INSTALL_HINT, LocalRedis, ensure_redis_server
 
-SLOTS = 16_384
 BUS_OFFSET = 10_000  # a node's cluster bus listens on its port + 10000 (so the port is <= 55535)
 
 

@@ -30,6 +30,7 @@ from worker.sources import (
     ACCEPTED,
     EPOCH,
     KAFKA_TIMEOUT_S,
+    MARKED,
     commits_reader,
     describe_topic,
     group_commits,
@@ -133,11 +134,14 @@ def accept_redis(settings: Settings) -> list[str]:
         client.hset(key, ACCEPTED, ",".join(sorted(accepted)))
         lines.append(f"commits of epoch {', '.join(sorted(accepted))} accepted in epoch {epoch}")
     raise_applied(client, key, group.topic_id, {p: offset - 1 for p, (offset, _) in group.committed.items()})
-    if settings.redis_cluster and (written := write_marks(client, settings.key_prefix)):
-        lines.append(
-            f"{written} Redis Cluster slots had lost their mark (and their data): marked again; "
-            "restart the workers whose boards were blocked (board_epoch_mismatch)"
-        )
+    if settings.redis_cluster:
+        written = write_marks(client, settings.key_prefix)
+        client.hset(key, MARKED, "1")  # the workers check the marks from now on
+        if written:
+            lines.append(
+                f"{written} Redis Cluster slots had lost their mark (and their data) or had none: "
+                "marked; restart the workers whose boards were blocked (board_epoch_mismatch)"
+            )
     lines += [
         f"partition {p}: Redis taken as holding everything before offset {offset}"
         for p, (offset, _) in sorted(group.committed.items())

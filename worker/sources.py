@@ -138,6 +138,7 @@ class SourceGuard:
         self._client = client
         self._prefix = key_prefix
         self._slot_marks = slot_marks  # a cluster: every slot marked (common/store/slotmarks.py)
+        self._told_unmarked = False
         self._make_admin = make_admin
         self._admin = make_admin()  # the topic's id and partitions
         self._make_reader = make_reader
@@ -205,11 +206,19 @@ class SourceGuard:
             if epoch is None:
                 lost = "Redis holds no rankstream data, the group's commits say it did"
                 return self._remember(numbers, [Blocked(p, "redis_lost", lost) for p in numbers])
-            legacy_until = text(self._client.hget(self._key, LEGACY_UNTIL))
+            legacy_until, marked = (text(v) for v in self._client.hmget(self._key, [LEGACY_UNTIL, MARKED]))
         self.epoch = epoch
         self._applier.epoch = epoch
         if self._slot_marks and not self._applier.slot_marks:
-            self._applier.slot_marks = marked is not None or self._mark_slots()
+            # marked when the data set began (_start_epoch); an older one unmarked is not checked
+            # (marking it now could mark a slot that already lost its data as sound)
+            self._applier.slot_marks = marked is not None
+            if marked is None and not self._told_unmarked:
+                self._told_unmarked = True
+                _log.warning(
+                    "the Redis Cluster's slots are not marked: a shard losing its data goes unseen "
+                    "until `rankstream accept-redis` marks them (README: Redis loss)"
+                )
         adopting = legacy_until is not None and int(legacy_until) > time.time() * 1000
         self._applier.legacy_ttl_ms = self._legacy_ttl_ms if adopting else 0
         ok_epochs = frozenset((accepted or "").split(",")) - {""}
@@ -275,12 +284,12 @@ class SourceGuard:
             self.blocked[verdict.partition] = verdict
         return verdicts
 
-    def _mark_slots(self) -> bool:
-        """The first worker of a deployment on a cluster marks every slot, then says so."""
+    def _mark_slots(self) -> None:
+        """A data set beginning on a cluster marks every slot (nothing can be lost yet), then
+        says so; a second worker starting at the same moment marks nothing more (NX)."""
         written = write_marks(self._client, self._prefix)
         self._client.hset(self._key, MARKED, "1")
         _log.info("marked every Redis Cluster slot", extra={"written": written})
-        return True
 
     def _start_epoch(self) -> str | None:
         """Redis has no epoch: start one (fresh deployment, or adopting the previous release's
@@ -307,6 +316,8 @@ class SourceGuard:
             "Redis had no epoch: started one",
             extra={"epoch": epoch, "adopting_previous_release": bool(committed)},
         )
+        if self._slot_marks and not committed:  # a data set beginning: nothing can be lost yet
+            self._mark_slots()
         return epoch
 
     def advance(self, last: dict[int, int]) -> None:

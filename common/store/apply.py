@@ -28,7 +28,7 @@ from common.store.scripts import ArgT, Call, load_script
 from common.store.topology import Store
 
 # where each field goes (apply.lua reads the positions from the tables of the same names)
-KEY = ("SEQ", "META", "FENCE", "IDW", "SLOT")  # the board's keys, then INST per instance
+KEY = ("SEQ", "META", "FENCE", "IDW", "SLOT", "MOVING")  # the board's keys, then INST per instance
 INST = ("RANK", "OVERFLOW", "STATE", "INDEX", "RESET", "PREP")
 H = ("W", "E", "MODE", "DESC", "MAXM", "STATE", "EPOCH", "WINDOW", "CAP", "LEGACY_TTL", "S",
      "LOW", "HIGH", "INTEGRAL", "INDEX", "NOTIFY", "BOARD", "MARKED")  # ARGV header  # fmt: skip
@@ -175,6 +175,10 @@ class ApplyScript:
             "FENCE": keys.fence,
             "IDW": keys.id_window,
             "SLOT": req.slot_mark or keys.fence,  # unread unless MARKED
+            # never written: while the board's slot moves (a Redis Cluster migration), a call
+            # always declares a key one side lacks, so Redis refuses it (TRYAGAIN) on both sides
+            # instead of running it with undeclared keys (id window and tie index buckets) split
+            "MOVING": keys.moving,
         }
         key_list = [board[name] for name in KEY]
         for name, _, packing, rolling, _ in req.instances:
@@ -279,6 +283,7 @@ class ApplyScript:
 
     def run_many(self, client: Store, reqs: Sequence[ApplyRequest]) -> list[ApplyReply | Exception]:
         """Every request in one round trip; a call the script refused comes back as its error
-        (it changed nothing); a connection failure raises."""
+        (it changed nothing); a connection failure raises on one server, and comes back in its
+        calls' places from a cluster pipeline."""
         raw = self.lua.run_many(client, [self.call(r) for r in reqs], raise_on_error=False)
         return [r if isinstance(r, Exception) else self.decode(q, r) for q, r in zip(reqs, raw, strict=True)]

@@ -8,8 +8,9 @@ already there: ASKING then the command, written together on the target's connect
 (the slot is moving and the command's keys are split: sent again shortly). A connection that
 fails (a master killed) reloads the map and sends again, until the replica promoted in its place
 answers. Every command the API sends is a read, so sending one again is safe. A command is given
-up after `MAX_TRIES` sends (ASK and TRYAGAIN excepted: they last as long as a moving slot's keys
-take to move) or `give_up_s` (a cluster that stays down answers 503).
+up after `MAX_TRIES` MOVED replies (a map that keeps being wrong) or `give_up_s` (ASK, TRYAGAIN
+and failing connections are waited out until then: a moving slot, a failover; a cluster that
+stays down answers 503).
 
 Keyless commands: PING and SCRIPT go to every master (a script is loaded where it runs; ready
 means every master answers); the pub/sub feed subscribes to any node, since a PUBLISH reaches
@@ -28,8 +29,8 @@ from redis.crc import key_slot
 from redis.exceptions import AskError, ClusterDownError, MovedError, TryAgainError
 
 from common.store.pipe import Arg, Pipe, RedisPipe, connection_args
+from common.store.topology import SLOTS
 
-SLOTS = 16_384
 MAX_TRIES = 8
 TRYAGAIN_PAUSE_S = 0.05
 _BROADCAST = frozenset({b"PING", b"SCRIPT"})
@@ -100,16 +101,19 @@ class ClusterPipe:
     def _route(self, args: tuple[Arg, ...], outer: asyncio.Future[Any], tries: int, until: float) -> None:
         if outer.done():
             return  # its caller went away
+        if self._closed:  # a retry timer or a reload that outlived aclose(): open nothing again
+            outer.set_exception(redis.ConnectionError("the Redis client is closed"))
+            return
         if _bytes(args[0]).upper() in _BROADCAST:
             self._broadcast(args, outer, tries, until)
             return
         slot = slot_of(args)
         node = self._nodes[0] if slot is None else self._slots[slot]
         if node is None:  # no map yet, or a slot nobody serves (a master lost, no replica yet)
-            if tries >= MAX_TRIES or time.monotonic() > until:
+            if time.monotonic() > until:
                 outer.set_exception(ClusterDownError(f"slot {slot} is not served"))
                 return
-            self._start_reload(pause=0.05 * (tries - 1))
+            self._start_reload(pause=min(0.05 * (tries - 1), 0.5))
             self._after_reload(lambda: self._route(args, outer, tries + 1, until), outer)
             return
         self._watch(self._pipe(node).send(*args), args, outer, tries, until)
@@ -136,10 +140,11 @@ class ClusterPipe:
             return
         # ASK and TRYAGAIN last while a slot's keys are split between two masters (a migration in
         # progress, as long as its keys take to move; a command of keys on both sides goes
-        # ASK, TRYAGAIN, ASK... until then): waited out until give-up time, not counted as sends
-        moving = type(exc) in {AskError, TryAgainError}  # not MovedError, a subclass of AskError
+        # ASK, TRYAGAIN, ASK... until then), a failover until a replica is promoted: waited out
+        # until give-up time. Only MOVED counts as a send (a map that keeps being wrong).
+        counted = isinstance(exc, MovedError)
         if (
-            (tries >= MAX_TRIES and not moving)
+            (tries >= MAX_TRIES and counted)
             or time.monotonic() > until
             or not isinstance(exc, (AskError, TryAgainError, *_RELOAD))
         ):
@@ -157,13 +162,22 @@ class ClusterPipe:
         elif isinstance(exc, TryAgainError):
             asyncio.get_running_loop().call_later(TRYAGAIN_PAUSE_S, self._route, args, outer, tries, until)
         else:  # the node is away: perhaps failed over
-            self._start_reload(pause=0.05 * again)
+            self._start_reload(pause=min(0.05 * again, 0.5))
             self._after_reload(lambda: self._route(args, outer, again, until), outer)
 
     def _broadcast(self, args: tuple[Arg, ...], outer: asyncio.Future[Any], tries: int, until: float) -> None:
+        if outer.done():
+            return
+        if self._closed:
+            outer.set_exception(redis.ConnectionError("the Redis client is closed"))
+            return
         masters = sorted({n for n in self._slots if n is not None})
-        if not masters:
-            self._after_reload(lambda: self._broadcast(args, outer, tries, until), outer)
+        if not masters:  # no map yet, or a cluster that serves no slot (forming, reset)
+            if time.monotonic() > until:
+                outer.set_exception(ClusterDownError("no master of the Redis Cluster serves a slot"))
+                return
+            self._start_reload(pause=min(0.05 * tries, 0.5))
+            self._after_reload(lambda: self._broadcast(args, outer, tries + 1, until), outer)
             return
         replies = [self._pipe(node).send(*args) for node in masters]
 
@@ -175,8 +189,8 @@ class ClusterPipe:
             if done.cancelled():
                 outer.cancel()
             elif (exc := done.exception()) is not None:
-                if isinstance(exc, _RELOAD) and tries < MAX_TRIES and time.monotonic() < until:
-                    self._start_reload(pause=0.05 * tries)
+                if isinstance(exc, _RELOAD) and time.monotonic() < until:
+                    self._start_reload(pause=min(0.05 * tries, 0.5))
                     self._after_reload(lambda: self._broadcast(args, outer, tries + 1, until), outer)
                 else:
                     outer.set_exception(exc)
@@ -203,6 +217,7 @@ class ClusterPipe:
     def _start_reload(self, pause: float = 0.0) -> asyncio.Task[None]:
         if self._reload is None or self._reload.done():
             self._reload = asyncio.get_running_loop().create_task(self._load_map(pause))
+            self._reload.add_done_callback(_retrieve)  # a failed reload nobody waits on logs nothing
         return self._reload
 
     async def _load_map(self, pause: float) -> None:
@@ -234,9 +249,8 @@ class ClusterPipe:
         self._slots = slots
         self._nodes = list(dict.fromkeys([*masters, *replicas])) or [self._seed]
         self.reloads += 1
-        known = {*self._nodes, self._seed}
-        for gone in [n for n in self._pipes if n not in known]:  # its calls fail over, sent again
-            asyncio.get_running_loop().create_task(self._pipes.pop(gone).aclose())
+        # the connections of nodes the map no longer names stay (idle, closed with the client):
+        # CLUSTER SLOTS can lag behind the MOVED or ASK a call in flight on one just followed
 
     @staticmethod
     def _node(entry: list[Any], asked: Node) -> Node:

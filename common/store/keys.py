@@ -33,6 +33,8 @@ board lives in one Cluster slot and one script may touch all of it.
     <prefix>{<board>}:i:<d>:<p>        id window bucket: zset id fingerprint -> applied-at second
     <prefix>{<board>}:id:<event id>    the previous release's per-event dedupe record: read (and
                                        written) only while adopting that release's boards
+    <prefix>{<board>}:moving           never written: declared by every apply.lua call, so a call whose
+                                       slot is migrating is refused (TRYAGAIN) on both masters
     <prefix>{<board>}:hot              set once the board's state is backfilled into update_cache
     <prefix>{<board>}:hot:lock         held by the worker backfilling it
 
@@ -51,7 +53,7 @@ board lives in one Cluster slot and one script may touch all of it.
     <prefix>{s<n>}:slot                a slot's mark, in each of the 16,384 slots of a cluster (the tag
                                        <s<n>> picks the slot): its absence tells a lost slot from a
                                        new board (common/store/slotmarks.py)
-    <prefix>{w<n>}:wait                a probe written before WAIT on each master (RANKSTREAM_REDIS_
+    <prefix>{s<n>}:wait                a probe written before WAIT on each master (RANKSTREAM_REDIS_
                                        WAIT_REPLICAS: common/store/replicas.py); expires in 60 s
 
     <prefix>changes                    a pub/sub channel, not a key: "<seq before> <seq after>
@@ -165,6 +167,11 @@ class BoardKeys:
         return f"{self.tag}:id:{event_id}"
 
     @property
+    def moving(self) -> str:
+        """Never written: apply.lua declares it so that no call runs while the slot migrates."""
+        return f"{self.tag}:moving"
+
+    @property
     def hot_ready(self) -> str:
         return f"{self.tag}:hot"
 
@@ -222,8 +229,8 @@ def results_emitter(prefix: str) -> str:
 
 def replica_probe(prefix: str, tag: str) -> str:
     """A key written on one master right before WAIT (common/store/replicas.py); `tag` picks
-    its slot."""
-    return f"{prefix}{{w{tag}}}:wait"
+    its slot (topology.slot_tag)."""
+    return f"{prefix}{{{tag}}}:wait"
 
 
 def slot_mark(prefix: str, tag: str) -> str:

@@ -50,7 +50,8 @@ class LuaScript:
     def run_many(self, client: Store, calls: Sequence[Call], raise_on_error: bool = True) -> list[Any]:
         """All calls in one round trip. Calls refused with NOSCRIPT did not run, so they are
         re-sent after SCRIPT LOAD; any other error is raised, or with `raise_on_error=False`
-        returned in its call's place (a connection failure always raises)."""
+        returned in its call's place (a connection failure raises on one server; a cluster
+        pipeline returns it in the place of each call it failed)."""
         results = self._pipeline(client, calls)
         missing = [i for i, r in enumerate(results) if isinstance(r, NoScriptError)]
         if missing:

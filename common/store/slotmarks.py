@@ -12,43 +12,25 @@ instead of counting from zero. `rankstream accept-redis` writes the missing mark
 
 from __future__ import annotations
 
-from functools import cache
-
 from redis.crc import key_slot
 
 from common.store.keys import BoardKeys, slot_mark
-from common.store.topology import Store
+from common.store.topology import SLOTS, Store, slot_tag
 
-SLOTS = 16_384
 _PIPE = 2_000
-
-
-@cache
-def _tags() -> tuple[str, ...]:
-    """A hash tag per slot (`s<n>`, the first n whose tag hashes there): ~0.1 s, once."""
-    table: list[str | None] = [None] * SLOTS
-    left, n = SLOTS, 0
-    while left:
-        slot = key_slot(f"s{n}".encode())
-        if table[slot] is None:
-            table[slot] = f"s{n}"
-            left -= 1
-        n += 1
-    return tuple(t or "" for t in table)
 
 
 def mark_of(keys: BoardKeys) -> str:
     """The mark of the slot the board's keys live in."""
-    return slot_mark(keys.prefix, _tags()[key_slot(keys.seq.encode())])
+    return slot_mark(keys.prefix, slot_tag(key_slot(keys.seq.encode())))
 
 
 def write_marks(client: Store, prefix: str) -> int:
     """Mark every slot that has no mark yet; how many were written."""
     written = 0
-    tags = _tags()
     for start in range(0, SLOTS, _PIPE):
         pipe = client.pipeline(transaction=False)
-        for tag in tags[start : start + _PIPE]:
-            pipe.set(slot_mark(prefix, tag), "1", nx=True)
+        for slot in range(start, min(start + _PIPE, SLOTS)):
+            pipe.set(slot_mark(prefix, slot_tag(slot)), "1", nx=True)
         written += sum(1 for done in pipe.execute() if done)
     return written
