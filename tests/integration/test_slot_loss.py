@@ -14,7 +14,8 @@ from redis.crc import key_slot
 
 from common.settings import Settings
 from common.store.keys import BoardKeys
-from common.store.slotmarks import SLOTS, mark_of
+from common.store.slotmarks import mark_of
+from common.store.topology import SLOTS
 from rankstream.recover import accept_redis
 from rankstream.topics import UPDATE_PARTITIONS
 from tests.helpers import running_worker, wait_for
