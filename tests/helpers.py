@@ -203,7 +203,6 @@ def worker_env(settings: Settings, http_port: int = 0, worker_id: str = "") -> d
         {
             "RANKSTREAM_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
             "RANKSTREAM_REDIS_URL": settings.redis_url.get_secret_value(),
-            "RANKSTREAM_REDIS_CLUSTER": str(settings.redis_cluster).lower(),
             "RANKSTREAM_BOARDS": str(settings.boards),
             "RANKSTREAM_TOPIC_UPDATES": settings.topic_updates,
             "RANKSTREAM_TOPIC_DLQ": settings.topic_dlq,
@@ -215,6 +214,8 @@ def worker_env(settings: Settings, http_port: int = 0, worker_id: str = "") -> d
             "RANKSTREAM_LOG_LEVEL": "WARNING",
         }
     )
+    if settings.redis_cluster:  # only then: a previous release (tests/integration/test_upgrade.py) refuses it
+        env["RANKSTREAM_REDIS_CLUSTER"] = "true"
     if worker_id:  # like a pod's name: the same id after a restart fences the dead one's transaction
         env["RANKSTREAM_WORKER_ID"] = worker_id
     return env
