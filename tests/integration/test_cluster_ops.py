@@ -410,8 +410,14 @@ def fail_over(cluster: LocalRedisCluster, settings: Settings, victim: int, stall
         # its socket buffer (sent before) is all it will get
         cluster.client(victim).client_kill_filter(_type="replica")
         time.sleep(stall_s)
-        held = board_seqs(cluster.client(victim), settings, boards)
-        assert held != before, "the worker wrote nothing to the victim while its replica was frozen"
+        # with WAIT the worker writes in bursts (a batch, its WAIT timing out, a back-off, the
+        # batch again with what came since): wait for one past the stall if none fell inside it
+        deadline = time.monotonic() + 20
+        while (held := board_seqs(cluster.client(victim), settings, boards)) == before:
+            assert time.monotonic() < deadline, (
+                "the worker wrote nothing to the victim while its replica was frozen"
+            )
+            time.sleep(0.1)
         cluster.kill(victim)
         seen.killed_at = time.monotonic()
     finally:
