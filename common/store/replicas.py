@@ -36,7 +36,7 @@ class ReplicaWait:
     def __init__(self, client: Store, prefix: str, replicas: int, timeout_ms: int) -> None:
         self._client, self._prefix = client, prefix
         self.replicas, self.timeout_ms = replicas, timeout_ms
-        self._known: tuple[int, list[tuple[redis.Redis, str]]] | None = None  # (map id, probes)
+        self._known: tuple[object, list[tuple[redis.Redis, str]]] | None = None  # (the map, probes)
 
     def wait(self) -> None:
         """Return once every master has `replicas` replicas holding all its writes so far. The
@@ -78,7 +78,7 @@ class ReplicaWait:
         if not isinstance(self._client, RedisCluster):
             return [(self._client, replica_probe(self._prefix, "0"))]
         slots = self._client.nodes_manager.slots_cache  # a new dict each time redis-py reloads the map
-        if self._known is not None and self._known[0] == id(slots):
+        if self._known is not None and self._known[0] is slots:
             return self._known[1]
         first: dict[str, int] = {}
         for slot, owners in sorted(slots.items()):
@@ -89,7 +89,7 @@ class ReplicaWait:
             node = self._client.get_node(node_name=name)  # type: ignore[no-untyped-call]  # untyped in redis-py
             server = node.redis_connection or self._client.get_redis_connection(node)
             probes.append((server, replica_probe(self._prefix, slot_tag(slot))))
-        self._known = (id(slots), probes)
+        self._known = (slots, probes)  # held: its identity is the map's version
         return probes
 
     def _forget_map(self) -> None:
