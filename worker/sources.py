@@ -57,7 +57,8 @@ KAFKA_TIMEOUT_S = 10.0
 EPOCH = "epoch"
 ACCEPTED = "accepted"  # epochs `rankstream accept-redis` accepted the group's commits from
 LEGACY_UNTIL = "legacy_until"
-MARKED = "slots"  # set once every slot of a cluster holds its mark (common/store/slotmarks.py)
+MARKED = "slots"  # "1" once every slot of a cluster holds its mark (common/store/slotmarks.py)
+MARKING = "0"  # MARKED while the marks of a data set just begun are being written
 BOARD_EPOCH = "board_epoch_mismatch"
 
 
@@ -210,8 +211,13 @@ class SourceGuard:
         self.epoch = epoch
         self._applier.epoch = epoch
         if self._slot_marks and not self._applier.slot_marks:
-            # marked when the data set began (_start_epoch); an older one unmarked is not checked
-            # (marking it now could mark a slot that already lost its data as sound)
+            # marked when the data set began (_start_epoch): "0" until every mark is written (a
+            # worker that stopped half-way, or a second one starting at the same moment, finishes
+            # it: nothing is applied meanwhile); an older data set unmarked is not checked (marking
+            # it now could mark a slot that already lost its data as sound)
+            if marked == MARKING:
+                self._mark_slots()
+                marked = "1"
             self._applier.slot_marks = marked is not None
             if marked is None and not self._told_unmarked:
                 self._told_unmarked = True
@@ -307,6 +313,8 @@ class SourceGuard:
             mapping[LEGACY_UNTIL] = str(int(time.time() * 1000) + self._adopt_window_ms)
         pipe = self._client.pipeline(transaction=True)
         pipe.hsetnx(self._key, EPOCH, mapping[EPOCH])
+        if self._slot_marks and not committed:  # a data set beginning: marked before any apply
+            pipe.hsetnx(self._key, MARKED, MARKING)
         if LEGACY_UNTIL in mapping:
             pipe.hsetnx(self._key, LEGACY_UNTIL, mapping[LEGACY_UNTIL])
         pipe.hget(self._key, EPOCH)
@@ -316,8 +324,6 @@ class SourceGuard:
             "Redis had no epoch: started one",
             extra={"epoch": epoch, "adopting_previous_release": bool(committed)},
         )
-        if self._slot_marks and not committed:  # a data set beginning: nothing can be lost yet
-            self._mark_slots()
         return epoch
 
     def advance(self, last: dict[int, int]) -> None:

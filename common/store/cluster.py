@@ -8,9 +8,9 @@ already there: ASKING then the command, written together on the target's connect
 (the slot is moving and the command's keys are split: sent again shortly). A connection that
 fails (a master killed) reloads the map and sends again, until the replica promoted in its place
 answers. Every command the API sends is a read, so sending one again is safe. A command is given
-up after `MAX_TRIES` MOVED replies (a map that keeps being wrong) or `give_up_s` (ASK, TRYAGAIN
-and failing connections are waited out until then: a moving slot, a failover; a cluster that
-stays down answers 503).
+up after `MAX_TRIES` MOVED replies (a map that keeps being wrong) or `give_up_s`: ASK, TRYAGAIN,
+failing connections and failed map reloads are waited out until then, with a pause between map
+reloads (a moving slot, a failover; a cluster that stays down answers 503).
 
 Keyless commands: PING and SCRIPT go to every master (a script is loaded where it runs; ready
 means every master answers); the pub/sub feed subscribes to any node, since a PUBLISH reaches
@@ -31,7 +31,8 @@ from redis.exceptions import AskError, ClusterDownError, MovedError, TryAgainErr
 from common.store.pipe import Arg, Pipe, RedisPipe, connection_args
 from common.store.topology import SLOTS
 
-MAX_TRIES = 8
+MAX_TRIES = 8  # MOVED replies a call may meet (a map that keeps being wrong)
+RELOAD_PAUSE_S = 0.1  # between slot map reloads while nodes fail or a slot is not served
 TRYAGAIN_PAUSE_S = 0.05
 _BROADCAST = frozenset({b"PING", b"SCRIPT"})
 _KEY_AT = {b"EVALSHA": 3, b"EVAL": 3}  # where the first key is; 1 for other keyed commands
@@ -113,8 +114,8 @@ class ClusterPipe:
             if time.monotonic() > until:
                 outer.set_exception(ClusterDownError(f"slot {slot} is not served"))
                 return
-            self._start_reload(pause=min(0.05 * (tries - 1), 0.5))
-            self._after_reload(lambda: self._route(args, outer, tries + 1, until), outer)
+            self._start_reload(pause=RELOAD_PAUSE_S if self._reload is not None else 0.0)
+            self._after_reload(lambda: self._route(args, outer, tries, until), outer)
             return
         self._watch(self._pipe(node).send(*args), args, outer, tries, until)
 
@@ -150,11 +151,12 @@ class ClusterPipe:
         ):
             outer.set_exception(exc)
             return
-        again = tries + 1
-        if isinstance(exc, MovedError):
+        if self._closed:
+            outer.set_exception(redis.ConnectionError("the Redis client is closed"))
+        elif isinstance(exc, MovedError):  # the one redirect counted (`tries`)
             self._slots[exc.slot_id] = (exc.host, int(exc.port))
             self._start_reload()
-            self._route(args, outer, again, until)
+            self._route(args, outer, tries + 1, until)
         elif isinstance(exc, AskError):  # written together: ASKING holds for the next command only
             pipe = self._pipe((exc.host, int(exc.port)))
             pipe.send("ASKING").add_done_callback(_retrieve)
@@ -162,8 +164,8 @@ class ClusterPipe:
         elif isinstance(exc, TryAgainError):
             asyncio.get_running_loop().call_later(TRYAGAIN_PAUSE_S, self._route, args, outer, tries, until)
         else:  # the node is away: perhaps failed over
-            self._start_reload(pause=min(0.05 * again, 0.5))
-            self._after_reload(lambda: self._route(args, outer, again, until), outer)
+            self._start_reload(pause=RELOAD_PAUSE_S)
+            self._after_reload(lambda: self._route(args, outer, tries, until), outer)
 
     def _broadcast(self, args: tuple[Arg, ...], outer: asyncio.Future[Any], tries: int, until: float) -> None:
         if outer.done():
@@ -176,8 +178,8 @@ class ClusterPipe:
             if time.monotonic() > until:
                 outer.set_exception(ClusterDownError("no master of the Redis Cluster serves a slot"))
                 return
-            self._start_reload(pause=min(0.05 * tries, 0.5))
-            self._after_reload(lambda: self._broadcast(args, outer, tries + 1, until), outer)
+            self._start_reload(pause=RELOAD_PAUSE_S if self._reload is not None else 0.0)
+            self._after_reload(lambda: self._broadcast(args, outer, tries, until), outer)
             return
         replies = [self._pipe(node).send(*args) for node in masters]
 
@@ -190,8 +192,8 @@ class ClusterPipe:
                 outer.cancel()
             elif (exc := done.exception()) is not None:
                 if isinstance(exc, _RELOAD) and time.monotonic() < until:
-                    self._start_reload(pause=min(0.05 * tries, 0.5))
-                    self._after_reload(lambda: self._broadcast(args, outer, tries + 1, until), outer)
+                    self._start_reload(pause=RELOAD_PAUSE_S)
+                    self._after_reload(lambda: self._broadcast(args, outer, tries, until), outer)
                 else:
                     outer.set_exception(exc)
             else:
@@ -205,11 +207,9 @@ class ClusterPipe:
         def resume(done: asyncio.Task[None]) -> None:
             if outer.done():
                 return
-            if done.cancelled():
+            if done.cancelled() or self._closed:
                 outer.set_exception(redis.ConnectionError("the Redis client is closed"))
-            elif (exc := done.exception()) is not None:
-                outer.set_exception(exc)
-            else:
+            else:  # loaded, or no node answered: `then` sends again or gives up at its give-up time
                 then()
 
         task.add_done_callback(resume)

@@ -36,7 +36,9 @@ class ReplicaWait:
     def __init__(self, client: Store, prefix: str, replicas: int, timeout_ms: int) -> None:
         self._client, self._prefix = client, prefix
         self.replicas, self.timeout_ms = replicas, timeout_ms
-        self._known: tuple[object, list[tuple[redis.Redis, str]]] | None = None  # (the map, probes)
+        # (the slot map, its masters' names, the probes): redis-py patches the map in place on
+        # MOVED, adding a master the probes must then include
+        self._known: tuple[object, frozenset[str], list[tuple[redis.Redis, str]]] | None = None
 
     def wait(self) -> None:
         """Return once every master has `replicas` replicas holding all its writes so far. The
@@ -45,6 +47,7 @@ class ReplicaWait:
         if not probes:
             raise InfrastructureError("no Redis master to confirm the batch's writes on")
         asked: list[tuple[redis.ConnectionPool, Connection]] = []
+        clean = False  # every reply read: the connections go back to their pools as they are
         try:
             for server, key in probes:
                 pool = server.connection_pool
@@ -53,13 +56,14 @@ class ReplicaWait:
                 commands = [("SET", key, "1", "PX", PROBE_TTL_MS), ("WAIT", self.replicas, self.timeout_ms)]
                 conn.send_packed_command(conn.pack_commands(commands))  # type: ignore[no-untyped-call]
             confirmed = [self._confirmed(conn) for _, conn in asked]
+            clean = True
         except redis.RedisError as exc:  # e.g. MOVED: the slot moved since the map was read
-            for _, conn in asked:
-                conn.disconnect()  # type: ignore[no-untyped-call]  # replies may be left unread on it
             self._forget_map()
             raise InfrastructureError(f"confirming the batch's writes on replicas: {exc}") from None
         finally:
             for pool, conn in asked:
+                if not clean:
+                    conn.disconnect()  # type: ignore[no-untyped-call]  # replies may be left unread on it
                 pool.release(conn)
         if min(confirmed) < self.replicas:
             raise InfrastructureError(
@@ -74,22 +78,26 @@ class ReplicaWait:
 
     def _probes(self) -> list[tuple[redis.Redis, str]]:
         """(a master's own client, a key of a slot it serves): the one server, or every master
-        of a cluster that serves a slot (each master's first slot in the client's map)."""
+        of a cluster that serves a slot, probed on its highest slot (a reshard or a rebalance
+        moves a master's lowest slots first: a probe on a moving slot fails, and holds every
+        commit until the slot has moved)."""
         if not isinstance(self._client, RedisCluster):
             return [(self._client, replica_probe(self._prefix, "0"))]
-        slots = self._client.nodes_manager.slots_cache  # a new dict each time redis-py reloads the map
-        if self._known is not None and self._known[0] is slots:
-            return self._known[1]
-        first: dict[str, int] = {}
-        for slot, owners in sorted(slots.items()):
+        slots = self._client.nodes_manager.slots_cache
+        primaries = self._client.get_primaries()  # type: ignore[no-untyped-call]  # untyped in redis-py
+        names = frozenset(node.name for node in primaries)
+        if self._known is not None and self._known[0] is slots and self._known[1] == names:
+            return self._known[2]
+        last: dict[str, int] = {}
+        for slot, owners in sorted(slots.items(), reverse=True):
             if owners:
-                first.setdefault(owners[0].name, slot)
+                last.setdefault(owners[0].name, slot)
         probes = []
-        for name, slot in first.items():
+        for name, slot in last.items():
             node = self._client.get_node(node_name=name)  # type: ignore[no-untyped-call]  # untyped in redis-py
             server = node.redis_connection or self._client.get_redis_connection(node)
             probes.append((server, replica_probe(self._prefix, slot_tag(slot))))
-        self._known = (slots, probes)  # held: its identity is the map's version
+        self._known = (slots, names, probes)  # the map held: its identity is its version
         return probes
 
     def _forget_map(self) -> None:

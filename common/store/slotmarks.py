@@ -5,10 +5,12 @@ its replica took over, a failover to an empty replica) while the group's records
 (`{sources:…}`) live on another shard, its boards' fences are simply gone, and a board without
 a fence looks new: the worker would start it over from the events still to come, silently. So
 a deployment on a cluster keeps a mark in every one of the 16,384 slots (96 B each: 1.5 MB),
-written once, when its workers first find none (the sources hash then records `slots`); a mark
-lives and moves with its slot. apply.lua, meeting a board without a fence, checks its slot's
-mark: none means the slot lost its data, and the board's partitions stop (board_epoch_mismatch)
-instead of counting from zero. `rankstream accept-redis` writes the missing marks again."""
+written when its data set begins (worker/sources.py: the sources hash records `slots`, "0" while
+they are written, "1" once done) or by `rankstream accept-redis`, never because a worker finds
+them missing; a mark lives and moves with its slot. apply.lua, meeting a board without a fence,
+checks its slot's mark: none means the slot lost its data, and the board's partitions stop
+(board_epoch_mismatch) instead of counting from zero. `rankstream accept-redis` writes the missing
+marks again."""
 
 from __future__ import annotations
 
