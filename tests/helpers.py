@@ -34,7 +34,7 @@ from api.app import create_app
 from common.boards import load_boards
 from common.clock import Clock, system_ms
 from common.settings import Settings
-from common.store.topology import Store
+from common.store.topology import Store, node_client
 from rankstream.stack import free_port
 from rankstream.topics import RESULTS_PARTITIONS
 from tests.conftest import unique
@@ -137,7 +137,7 @@ def named_connections(client: Store, name: str) -> list[tuple[redis.Redis, str]]
 
 def masters_and_replicas(client: RedisCluster) -> list[redis.Redis]:
     nodes = client.get_nodes()  # type: ignore[no-untyped-call]
-    return [n.redis_connection or client.get_redis_connection(n) for n in nodes]
+    return [node_client(client, n) for n in nodes]
 
 
 def kill_connections(client: Store, name: str) -> int:

@@ -27,7 +27,7 @@ from redis.exceptions import RedisClusterException
 
 from common.errors import InfrastructureError
 from common.store.keys import replica_probe
-from common.store.topology import Store, slot_tag
+from common.store.topology import Store, node_client, slot_tag
 
 PROBE_TTL_MS = 60_000
 
@@ -95,7 +95,7 @@ class ReplicaWait:
         probes = []
         for name, slot in last.items():
             node = self._client.get_node(node_name=name)  # type: ignore[no-untyped-call]  # untyped in redis-py
-            server = node.redis_connection or self._client.get_redis_connection(node)
+            server = node_client(self._client, node)
             probes.append((server, replica_probe(self._prefix, slot_tag(slot))))
         self._known = (slots, names, probes)  # the map held: its identity is its version
         return probes

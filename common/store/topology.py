@@ -14,7 +14,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 import redis
-from redis.cluster import RedisCluster
+from redis.cluster import ClusterNode, RedisCluster
 from redis.crc import key_slot
 
 Store = redis.Redis | RedisCluster
@@ -42,8 +42,13 @@ def masters(client: Store) -> list[redis.Redis]:
     """A client per master: each alone (one server), or each of the cluster's primaries."""
     if isinstance(client, RedisCluster):
         primaries = client.get_primaries()  # type: ignore[no-untyped-call]  # redis-py leaves it untyped
-        return [node.redis_connection or client.get_redis_connection(node) for node in primaries]
+        return [node_client(client, node) for node in primaries]
     return [client]
+
+
+def node_client(client: RedisCluster, node: ClusterNode) -> redis.Redis:
+    """The single-node client of one of the cluster's nodes (its own connection pool)."""
+    return node.redis_connection or client.get_redis_connection(node)
 
 
 def slot_tag(slot: int) -> str:
