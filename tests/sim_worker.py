@@ -17,6 +17,7 @@ partitions, and those blocked)."""
 
 from __future__ import annotations
 
+import faulthandler
 import logging
 import mmap
 import os
@@ -124,6 +125,7 @@ def main() -> int:
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # a worker that won't stop: its stacks
     code = 0
     try:
         loop.run()

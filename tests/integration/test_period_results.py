@@ -160,7 +160,7 @@ class Cluster:
         else:  # leaves: finishes its pass and its batch, commits, gives the lease back
             self.left.append(worker)
             proc.send_signal(signal.SIGTERM)
-            assert proc.wait(60) == 0, f"{worker} exited with {proc.returncode}"
+            assert self.exited(worker, 60) == 0, f"{worker} exited with {proc.returncode}"
         struck = Strike(
             action, worker, time.time_ns() // 1_000_000, dict(zip(keys, self.markers(keys), strict=True))
         )
@@ -170,6 +170,18 @@ class Cluster:
             proc.send_signal(signal.SIGCONT)
             self.zombie = worker
         self.actions.append((action, worker, leading))
+
+    def exited(self, worker: str, timeout: float) -> int:
+        """The worker's exit code once it exits; if it doesn't within `timeout`, fails with its
+        threads' stacks (tests/sim_worker.py dumps them on SIGUSR1) and its last log lines."""
+        proc = self.procs[worker]
+        try:
+            return proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGUSR1)
+            time.sleep(2)
+            tail = (self.logs / f"{worker}.log").read_text(errors="replace")[-12_000:]
+            raise AssertionError(f"{worker} up {timeout} s after SIGTERM; its log ends:\n{tail}") from None
 
     def catch(self, keys: list[str], moment: str) -> bool:
         """Polls the markers of `keys` until the leader's transaction is at `moment`: `sending`
