@@ -29,8 +29,6 @@ import logging
 import math
 import os
 import signal
-import sys
-import threading
 import time
 
 import uvloop
@@ -40,7 +38,8 @@ from aiohttp.http_exceptions import BadHttpMessage
 from api.app import IN_FLIGHT, create_app
 from api.state import APP_STATE
 from common.boards import load_boards
-from common.deadline import Deadline
+from common.deadline import exit_at
+from common.logs import flush_logs
 from common.settings import Settings
 
 _log = logging.getLogger(__name__)
@@ -62,22 +61,6 @@ class _NoTraceForBadRequests(logging.Filter):
             record.msg, record.args = "malformed HTTP request: %s", (record.exc_info[1],)
             record.exc_info, record.levelno, record.levelname = None, logging.INFO, "INFO"
         return True
-
-
-def _flush_logs() -> None:
-    for handler in logging.getLogger().handlers:
-        handler.flush()
-    sys.stderr.flush()
-    sys.stdout.flush()
-
-
-def _exit_at(deadline: Deadline) -> None:
-    """Last resort, in a daemon thread: when the deadline passes, the process exits, whatever is
-    still running (the orderly shutdown ends before it; this is for a loop blocked by a bug)."""
-    time.sleep(deadline.remaining())
-    _log.error("shutdown deadline reached: exiting now")
-    _flush_logs()
-    os._exit(0)
 
 
 async def _drain(runner: web.AppRunner, reserve: float) -> None:
@@ -111,7 +94,7 @@ async def _serve(app: web.Application, settings: Settings) -> None:
             _log.info("already stopping", extra={"signal": signum.name})
             return  # a second signal does not extend (nor shorten) the deadline
         deadline.start(settings.shutdown_deadline_s)
-        threading.Thread(target=_exit_at, args=(deadline,), name="shutdown-deadline", daemon=True).start()
+        exit_at(deadline)
         _log.info(
             "stopping: draining requests in flight",
             extra={"signal": signum.name, "deadline_s": settings.shutdown_deadline_s},
@@ -154,7 +137,7 @@ def run_api(settings: Settings) -> int:
         # the replay thread is still blocked in librdkafka (or Redis): exit without waiting for it,
         # nor for the Kafka client's destructors at interpreter exit
         _log.info("api stopped", extra={"seconds": seconds, "abandoned": "hot-board replay thread"})
-        _flush_logs()
+        flush_logs()
         os._exit(0)
     _log.info("api stopped", extra={"seconds": seconds})
     return 0

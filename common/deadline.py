@@ -4,9 +4,17 @@ RANKSTREAM_SHUTDOWN_DEADLINE_S however stuck Kafka or Redis are."""
 
 from __future__ import annotations
 
+import logging
 import math
+import os
+import sys
 import threading
 import time
+import traceback
+
+from common.logs import flush_logs
+
+_log = logging.getLogger(__name__)
 
 
 class Deadline:
@@ -35,3 +43,28 @@ class Deadline:
     @property
     def expired(self) -> bool:
         return self.remaining() <= 0.0
+
+
+def exit_at(deadline: Deadline, grace_s: float = 0.0) -> None:
+    """The last resort of a process that stops, in a daemon thread of its own: `grace_s` after
+    the (started) deadline passes, the process exits with status 0 whatever is still running,
+    after one log line with every thread's stack (the orderly shutdown ends before; this is for
+    a call blocked past its own timeout, e.g. a librdkafka destructor, or a bug)."""
+
+    def run() -> None:
+        deadline.started.wait()
+        time.sleep(deadline.remaining() + grace_s)
+        _log.error("shutdown deadline reached: exiting now", extra={"stacks": thread_stacks()})
+        flush_logs()
+        os._exit(0)
+
+    threading.Thread(target=run, name="shutdown-deadline", daemon=True).start()
+
+
+def thread_stacks() -> dict[str, str]:
+    """Each thread's name and where it is (a call into C shows as the line that made it)."""
+    names = {thread.ident: thread.name for thread in threading.enumerate()}
+    return {
+        f"{names.get(ident, 'unknown')} ({ident})": "".join(traceback.format_stack(frame))
+        for ident, frame in sys._current_frames().items()
+    }

@@ -36,3 +36,11 @@ def setup_logging(level: str = "INFO") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
+
+
+def flush_logs() -> None:
+    """Before an os._exit: what the handlers and the standard streams hold goes out."""
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+    sys.stderr.flush()
+    sys.stdout.flush()

@@ -11,7 +11,8 @@ configured like `rankstream worker` by RANKSTREAM_* variables (tests/helpers.py 
                                    transaction says `sent`
 
 It builds the real loop (worker.main.build_loop) and runs it as worker.main.run_worker does: SIGTERM
-asks it to stop, it finishes its batch and commits, then closes. Its metrics are served on
+asks it to stop, it finishes its batch and commits, then closes (and exits at the shutdown deadline
+whatever still runs); SIGUSR1 prints every thread's stack. Its metrics are served on
 RANKSTREAM_WORKER_HTTP_PORT (/metrics, /livez: how long the loop stalls, /readyz: its
 partitions, and those blocked)."""
 
@@ -26,13 +27,12 @@ import struct
 import sys
 import time
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 from common.health import serve_probes
 from common.logs import setup_logging
 from common.settings import load_settings
-from worker.main import build_loop
+from worker.main import build_loop, stop_on_signals
 from worker.metrics import WorkerMetrics
 from worker.outputs import ProducerFenced
 from worker.results import ResultEmitter, ResultsThread
@@ -120,11 +120,7 @@ def main() -> int:
 
     server = serve_probes("127.0.0.1", settings.worker_http_port, live, ready, metrics.registry)
 
-    def _stop(signum: int, frame: FrameType | None) -> None:
-        loop.request_stop()
-
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
+    stop_on_signals(loop, settings.shutdown_deadline_s)
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # a worker that won't stop: its stacks
     code = 0
     try:

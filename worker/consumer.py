@@ -59,6 +59,7 @@ from worker.threads import DaemonThread
 
 _log = logging.getLogger(__name__)
 MAX_BACKOFF_S = 5.0
+PASS_STOP_S = 10.0  # what close() waits for the rolling preparer's and the emitter's pass under way
 EXIT_RESERVE_S = 0.5  # of the shutdown deadline, for what follows the loop (logs, interpreter exit)
 SETTLE_SLICE_S = 0.1  # how often a wait for the batch in flight looks for a SIGTERM
 RECHECK_S = 5.0  # how often every partition held is checked against Redis (blocked or idle ones too)
@@ -154,7 +155,10 @@ class WorkerLoop:
         # a failed batch, and everything fetched after it, rewound together: one seek per
         # partition to the *earliest* offset, so a later batch can't move the position past it
         self._to_rewind: list[MessageLike] = []
-        self.abandoned = False  # the deadline passed with a batch still in flight
+        # a call still blocked when close() returns (a batch in flight at the deadline, a pass, the
+        # consumer's close): the process exits without waiting for it (os._exit), nor for librdkafka's
+        # destructors, which could block its exit past the deadline
+        self.abandoned = False
         self.last_loop = time.monotonic()  # liveness: the loop is turning
         self.assigned = 0
 
@@ -162,7 +166,7 @@ class WorkerLoop:
         """SIGTERM: finish, commit and close within the deadline (default the configured one),
         keeping a reserve for the process' own exit so it is gone by the configured deadline."""
         budget = self._shutdown_s if deadline_s is None else deadline_s
-        self.deadline.start(budget - min(EXIT_RESERVE_S, budget / 4))
+        self.deadline.start(budget - exit_reserve(budget))
 
     # --- rebalance callbacks (run inside consume()) -------------------------------------------
     def on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
@@ -494,14 +498,20 @@ class WorkerLoop:
     def close(self) -> None:
         """Settle the batch in flight, abort what is left open, leave the group: each step only
         within what is left of the deadline (the process exits at it regardless)."""
-        if self.preparer is not None:
-            self.preparer.stop()
-        if self.results is not None:
-            self.results.stop()
+        passes = [t for t in (self.preparer, self.results) if t is not None]
+        for thread in passes:
+            thread.request_stop()
+        stuck = [t.name for t in passes if not t.stop(self.deadline.timeout(PASS_STOP_S))]
+        if stuck:  # its Kafka or Redis call is left to the process' exit, which does not wait for it
+            self.abandoned = True
+            _log.warning(
+                "a pass still under way when close() stopped waiting: abandoned", extra={"threads": stuck}
+            )
         self._apply_thread.shutdown()
         if self._inflight is not None:
             self._settle()
-        if self.abandoned or self.deadline.expired:
+        if self.deadline.expired:  # the consumer is left open: its destructor would leave the group
+            self.abandoned = True
             return
         self._outputs.abort()
         if self.guard is not None:
@@ -512,6 +522,11 @@ class WorkerLoop:
         if closer.is_alive():
             self.abandoned = True
             _log.warning("deadline passed while leaving the consumer group")
+
+
+def exit_reserve(budget_s: float) -> float:
+    """What a shutdown deadline of `budget_s` keeps for the process' own exit after the loop's."""
+    return min(EXIT_RESERVE_S, budget_s / 4)
 
 
 def _rejection(outcome: Outcome, origin: _Origin) -> Rejection | None:

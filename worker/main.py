@@ -19,7 +19,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType  # t
 from common.boards import BoardsConfig, load_boards
 from common.clients import kafka_consumer, kafka_producer, redis_client
 from common.clock import Clock, system_ms
-from common.deadline import Deadline
+from common.deadline import Deadline, exit_at
 from common.errors import InfrastructureError
 from common.health import serve_probes
 from common.results import MAX_RESULT_BYTES
@@ -28,7 +28,7 @@ from common.store.replicas import ReplicaWait
 from common.store.topology import Store
 from worker.apply import Applier
 from worker.backfill import backfill_all
-from worker.consumer import WorkerLoop
+from worker.consumer import WorkerLoop, exit_reserve
 from worker.delivery import Deliveries
 from worker.dlq import DeadLetters
 from worker.fencing import PredecessorFence
@@ -258,6 +258,21 @@ def results_emitter(
     )  # fmt: skip
 
 
+def stop_on_signals(loop: WorkerLoop, shutdown_deadline_s: float) -> None:
+    """SIGTERM and SIGINT start the one deadline: every blocking call from then on waits at most
+    what is left of it, and the loop finishes its batch, commits and closes. Whatever still runs
+    when the deadline has passed (a librdkafka destructor, say) is cut short: the process exits
+    then, logging each thread's stack (common/deadline.py exit_at)."""
+
+    def _stop(signum: int, frame: FrameType | None) -> None:
+        _log.info("stopping: finishing the batch, committing", extra={"signal": signum})
+        loop.request_stop()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    exit_at(loop.deadline, exit_reserve(shutdown_deadline_s))
+
+
 def run_worker(settings: Settings) -> int:
     metrics = WorkerMetrics()
     loop, client = build_loop(settings, metrics)
@@ -278,13 +293,7 @@ def run_worker(settings: Settings) -> int:
 
     server = serve_probes("0.0.0.0", settings.worker_http_port, live, ready, metrics.registry)  # noqa: S104
 
-    def _stop(signum: int, frame: FrameType | None) -> None:
-        # the one deadline: every blocking call from here on waits at most what is left of it
-        _log.info("stopping: finishing the batch, committing", extra={"signal": signum})
-        loop.request_stop()
-
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
+    stop_on_signals(loop, settings.shutdown_deadline_s)
     _log.info("worker started", extra={"topic": settings.topic_updates, "group": settings.worker_group})
     code = 0
     try:

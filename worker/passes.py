@@ -29,6 +29,14 @@ class PassThread:
     def start(self) -> None:
         self._thread.start()
 
+    @property
+    def name(self) -> str:
+        return self._name
+
+    def request_stop(self) -> None:
+        """No pass after the one under way."""
+        self._stop.set()
+
     def stop(self, timeout: float = 10.0) -> bool:
         """Stop after the pass under way; False if it is still running after `timeout`."""
         self._stop.set()

@@ -175,13 +175,17 @@ class Cluster:
         """The worker's exit code once it exits; if it doesn't within `timeout`, fails with its
         threads' stacks (tests/sim_worker.py dumps them on SIGUSR1) and its last log lines."""
         proc = self.procs[worker]
+        started = time.monotonic()
         try:
-            return proc.wait(timeout)
+            code = proc.wait(timeout)
         except subprocess.TimeoutExpired:
             proc.send_signal(signal.SIGUSR1)
             time.sleep(2)
             tail = (self.logs / f"{worker}.log").read_text(errors="replace")[-12_000:]
             raise AssertionError(f"{worker} up {timeout} s after SIGTERM; its log ends:\n{tail}") from None
+        took = time.monotonic() - started
+        assert took <= self.settings.shutdown_deadline_s + 5, f"{worker} took {took:.1f} s to exit"
+        return code
 
     def catch(self, keys: list[str], moment: str) -> bool:
         """Polls the markers of `keys` until the leader's transaction is at `moment`: `sending`

@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import orjson
 import pytest
@@ -68,6 +68,8 @@ from worker.dlq import (
 )
 from worker.metrics import WorkerMetrics
 from worker.outputs import ProducerFenced, TransactionalOutputs
+from worker.results import ResultEmitter, ResultsThread
+from worker.rolling import PreparerThread, RollingPreparer
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -944,6 +946,46 @@ def test_stop_while_the_loop_already_waits_for_a_blocked_apply_is_bounded(rig):
     finally:
         release.set()
         runner.join(5)
+
+
+class _StuckPass:
+    """A rolling preparer or results emitter whose pass blocks (Redis or Kafka not answering)."""
+
+    metrics = None
+
+    def __init__(self) -> None:
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def step(self) -> int:
+        self.entered.set()
+        self.release.wait(30)
+        return 0
+
+    def close(self) -> None:  # the emitter gives its lease back once its pass stopped
+        pass
+
+
+def test_close_with_both_passes_stuck_returns_within_the_deadline(rig):
+    """The preparer's and the emitter's passes are stopped together, each wait bounded by what is
+    left of the deadline (not 10 s each, one after the other)."""
+    r = rig(stop_when_done=False)
+    preparer, emitter = _StuckPass(), _StuckPass()
+    r.loop.preparer = PreparerThread(cast(RollingPreparer, preparer), interval_s=0.01)
+    r.loop.results = ResultsThread(cast(ResultEmitter, emitter), interval_s=0.01)
+    r.loop.preparer.start()
+    r.loop.results.start()
+    try:
+        assert preparer.entered.wait(5) and emitter.entered.wait(5)
+        started = time.monotonic()
+        r.loop.request_stop(0.4)
+        r.loop.close()
+        elapsed = time.monotonic() - started
+        assert elapsed < 0.4  # the loop's budget: 0.4 s less the exit reserve
+        assert r.loop.abandoned is True  # the process exits without waiting for the passes
+    finally:
+        preparer.release.set()
+        emitter.release.set()
 
 
 class _StuckOffsetsProducer(ProducerStub):
