@@ -38,7 +38,7 @@ from common.store.encoding import TIE_MAX, TIE_WIDTH
 from worker.apply import Applier
 from worker.rolling import RollingPreparer
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(1200)]  # 6 min here on a slow day
 
 HOUR = 3_600_000
 MEMBERS = int(os.environ.get("RANKSTREAM_TEST_BIG_MEMBERS", "1000000"))
@@ -46,10 +46,12 @@ BOARDS = parse_boards("timezone: UTC\ntypes:\n  big: {windows: [last_3h]}\n")  #
 BOARD, WINDOW = "big:r1", "last_3h"
 CHUNK = 500
 LOAD_RATE, TICK_S, AFTER_CROSSING_S = 1500, 0.02, 5.0
-# Redis time, from worker/rolling.py's figures (a page of 50 members per derive call, "well under
-# 1 ms"): the median derive call under load, and the longest expire cycle. Not the longest derive
-# call: on a shared box a preempted Redis makes any command look slow (printed)
-DERIVE_P50_MS, EXPIRE_MS = 1.0, 1.0
+# Redis time is judged against the load's own apply calls in the same run (a shared box's speed
+# varies threefold between days; the absolute figures are bench/rolling.py's): the median derive
+# call (a page of 50 members) is no longer than the load's median apply call (30 events), and no
+# expire cycle is longer than that either (a 1M-member period freed inline holds Redis for ~100 ms).
+# Not the longest derive call: a preempted Redis makes any command look slow (printed).
+PREPARE_WAIT_S = 600  # 1M members prepared under load: 35 s on a quiet box, 150 s on a slow one
 
 _CONFIG = ("lazyfree-lazy-expire", "slowlog-log-slower-than", "slowlog-max-len", "latency-monitor-threshold")
 Event = tuple[str, str, int, float, int]  # member, op, bucket (-2 .. 1, from q), score, ts
@@ -228,9 +230,9 @@ def test_a_big_rolling_board_crosses_a_boundary_exactly_and_in_short_calls(setti
         rclient.latency_reset()
         threads = [_loop(stop, tick), _loop(stop, prepare)]
         try:
-            deadline = time.monotonic() + 300
+            deadline = time.monotonic() + PREPARE_WAIT_S
             while rclient.get(f"{tag}:rp:{WINDOW}:{_hour_id(q + HOUR)}") != b"done":
-                assert time.monotonic() < deadline, "q+1 was not prepared within 300 s"
+                assert time.monotonic() < deadline, f"q+1 was not prepared within {PREPARE_WAIT_S} s"
                 time.sleep(0.1)
             took.append(("prepare q+1 under load", time.monotonic()))
             sim.set(q + HOUR - 2_000)
@@ -278,5 +280,6 @@ def test_a_big_rolling_board_crosses_a_boundary_exactly_and_in_short_calls(setti
         )
     print(f"expire-cycle latencies (ms): {cycle}")
     assert derive, "the preparer made no derive call"
-    assert _at(derive, 0.5) <= DERIVE_P50_MS
-    assert max(cycle, default=0) <= EXPIRE_MS
+    assert applies, "no apply call of the load took 100 µs: nothing to judge the derive calls by"
+    assert _at(derive, 0.5) <= _at(applies, 0.5)
+    assert max(cycle, default=0) <= _at(applies, 0.5)
