@@ -19,7 +19,7 @@ from zoneinfo import ZoneInfo
 import orjson
 import redis
 
-from tests.redis_layout import read_general
+from tests.redis_layout import read_general, scan_board
 
 ORACLE_BOARDS = """
 timezone: Asia/Shanghai
@@ -328,8 +328,8 @@ def compare_redis(client: redis.Redis, prefix: str, model: Model) -> int:
         tag = f"{prefix}{{{board}}}"
         kind = board.split(":")[0]
         assert int(client.get(f"{tag}:seq") or 0) == model.seq.get(board, 0), f"seq of {board}"
-        general = {_text(k).split(":z:", 1)[1] for k in client.scan_iter(match=f"{tag}:z:*", count=1000)}
-        packed = {_text(k).split(":p:", 1)[1] for k in client.scan_iter(match=f"{tag}:p:*", count=1000)}
+        general = {k.split(":z:", 1)[1] for k in scan_board(client, f"{tag}:z:*")}
+        packed = {k.split(":p:", 1)[1] for k in scan_board(client, f"{tag}:p:*")}
         assert not general & packed, f"{board}: an instance in both layouts"
         model_instances = {i for i, members in model.state.get(board, {}).items() if members}
         assert general | packed == model_instances, f"window instances of {board}"

@@ -38,7 +38,7 @@ from common.store.keys import index_expiry
 from tests.helpers import BOTH_TOPOLOGIES, header_map, mget, read_all, running_worker
 from tests.period_model import Model, Span
 from tests.period_stream import AHEAD, DAY, HOT, MEMBERS, PROMO, SCENARIOS, Stream
-from tests.redis_layout import index_keys, read_general
+from tests.redis_layout import index_keys, read_general, scan_board
 from worker.dlq import HEADER_INDEX, HEADER_REASON
 
 pytestmark = [pytest.mark.integration, BOTH_TOPOLOGIES]
@@ -151,7 +151,7 @@ def check_redis(client: redis.Redis, prefix: str, model: Model) -> None:
     """Every window instance of every board, member by member (score, tie time), and its expiry."""
     for board, state in model.boards.items():
         tag = f"{prefix}{{{board}}}"
-        rank_keys = {bytes(k).decode() for k in client.scan_iter(match=f"{tag}:z:*", count=1000)}
+        rank_keys = scan_board(client, f"{tag}:z:*")
         found = {key[len(f"{tag}:z:") :] for key in rank_keys}
         want = {instance for instance, members in state.instances.items() if members}
         assert found == want, f"{board}: instances in Redis"
