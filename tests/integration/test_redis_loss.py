@@ -16,6 +16,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -135,17 +136,40 @@ def produce_tracked(settings: Settings, messages: list[Message], every: int = 0,
     return where
 
 
+@dataclass
+class Stream:
+    """A paced production in a thread: `where` fills in when every message is delivered."""
+
+    where: Where
+    gate: threading.Event
+
+    def release(self) -> None:
+        """Let the held part go (a test does this once what it needed mid-stream has happened)."""
+        self.gate.set()
+
+
 @contextmanager
-def producing(settings: Settings, messages: list[Message], every: int, pause_s: float) -> Iterator[Where]:
-    """Paced production in a thread while the block runs; afterwards every message is delivered."""
-    where: Where = []
-    thread = threading.Thread(
-        target=lambda: where.extend(produce_tracked(settings, messages, every, pause_s)), daemon=True
-    )
+def producing(settings: Settings, messages: list[Message], every: int, pause_s: float) -> Iterator[Stream]:
+    """Paced production in a thread while the block runs; the second half of `messages` is held
+    until the block calls `release()` (or leaves), so whatever the block does while waiting for
+    the worker happens mid-stream however fast or slow this machine is; afterwards every message
+    is delivered."""
+    held = len(messages) // 2
+    stream = Stream([], threading.Event())
+
+    def run() -> None:
+        first = produce_tracked(settings, messages[:held], every, pause_s)
+        stream.gate.wait(120)
+        stream.where.extend(first + produce_tracked(settings, messages[held:], every, pause_s))
+
+    thread = threading.Thread(target=run, daemon=True)
     thread.start()
-    yield where
+    try:
+        yield stream
+    finally:
+        stream.release()
     thread.join(60)
-    assert len(where) == len(messages), "the producer thread failed"
+    assert len(stream.where) == len(messages), "the producer thread failed"
 
 
 def committed(settings: Settings) -> dict[int, tuple[int, str | None]]:
@@ -222,13 +246,15 @@ def test_backup_restore_then_recover_is_exact(topics, store, rclient, consumer_f
     messages = list(generate(seed=21, total=7000, now_ms=start))
     first, late = messages[: len(messages) * 4 // 5], messages[len(messages) * 4 // 5 :]
     with Worker(settings, tmp_path / "w1.log") as w1:
-        with producing(settings, first, every=100, pause_s=0.05) as where:
+        with producing(settings, first, every=100, pause_s=0.05) as stream:
             goal = total(run_model(first, start)) * 0.4
             wait_for(lambda: applied_so_far(rclient, settings) > goal, 60, "40% applied")
             rclient.save()  # the backup, taken mid-stream while the worker applies
+            stream.release()
             backup = tmp_path / "backup"
             backup.mkdir()
             shutil.copy(store.folder / "dump.rdb", backup / "dump.rdb")
+        where = stream.where
         wait_for(lambda: committed_count(settings) == len(first), 60, "the first part committed")
         w1.stop()
     # restore: the same port, a Redis that loads the backup's RDB and nothing else (no AOF)
@@ -274,7 +300,7 @@ def test_fresh_start_then_redis_kill_9_with_aof_recovers_by_itself(
     first, second = messages[: len(messages) // 2], messages[len(messages) // 2 :]
     model = run_model(messages, start)
     with Worker(settings, tmp_path / "w.log") as worker:
-        with producing(settings, first, every=100, pause_s=0.05) as produced:
+        with producing(settings, first, every=100, pause_s=0.05) as stream:
             part = total(run_model(first, start))
             wait_for(lambda: applied_so_far(rclient, settings) > part * 0.3, 60, "30% applied")
             epoch = sources(rclient, settings).get("epoch")  # a fresh deployment starts one, unblocked
@@ -282,7 +308,7 @@ def test_fresh_start_then_redis_kill_9_with_aof_recovers_by_itself(
             assert store.proc is not None
             store.proc.kill()  # SIGKILL mid-stream: what it acknowledged is in the append-only file
             store.proc.wait(10)
-            assert not produced, "the stream ended before the kill"
+            stream.release()  # the rest of the first part arrives while Redis is down
         produce_tracked(settings, second)
         time.sleep(2)
         assert worker.readyz()[1].get("redis") is False
@@ -305,11 +331,11 @@ def test_flushall_blocks_until_accept_redis(topics, store, rclient, tmp_path):
     with Worker(settings, tmp_path / "w.log") as worker:
         where = produce_tracked(settings, first)
         wait_for(lambda: committed_count(settings) == len(first), 60, "the first part committed")
-        with producing(settings, rest, every=50, pause_s=0.05) as produced:
+        with producing(settings, rest, every=50, pause_s=0.05) as stream:
             wait_for(lambda: committed_count(settings) > len(first) + 300, 30, "the worker applying the rest")
             rclient.flushall()  # under the running worker, while events keep coming
-            assert len(produced) < len(rest), "the stream ended before the flush"
-        where += produced
+            stream.release()
+        where += stream.where
         assert_blocked(worker, "redis_lost")
         raced = board_keys(rclient, settings)  # from a batch checked before the flush, applied after
         time.sleep(2)
