@@ -35,7 +35,7 @@ from tests.oracle import (
     run_model,
 )
 
-pytestmark = [pytest.mark.integration, BOTH_TOPOLOGIES]
+pytestmark = pytest.mark.integration
 EVENTS = 100_000
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -75,6 +75,7 @@ def total_applied(model: Model) -> int:
     return sum(model.seq.values())
 
 
+@BOTH_TOPOLOGIES
 def test_oracle_exact_after_100k_events(oracle_topics, rclient, consumer_factory):
     settings = oracle_topics
     messages, model = make_stream(seed=1)
@@ -89,6 +90,7 @@ def test_oracle_exact_after_100k_events(oracle_topics, rclient, consumer_factory
     check_dlq(consumer_factory, settings, model, exact=True)
 
 
+@BOTH_TOPOLOGIES
 def test_oracle_exact_after_three_kill_9_mid_stream(oracle_topics, rclient, consumer_factory):
     """kill -9 three times mid-stream: Redis equals the model and the dead-letter topic holds each
     bad event exactly once (read_committed), though every kill left a transaction open."""
@@ -118,6 +120,8 @@ def test_oracle_exact_after_three_kill_9_mid_stream(oracle_topics, rclient, cons
     check_dlq(consumer_factory, settings, model, exact=True)
 
 
+# one Redis only: on the cluster, tests/integration/test_many_processes.py has three workers join
+# and leave (SIGTERM and kill -9) while producing and ends exact against the same kind of model
 def test_oracle_exact_with_two_workers_and_rebalances(oracle_topics, rclient, consumer_factory):
     settings = oracle_topics
     messages, model = make_stream(seed=3)
@@ -140,6 +144,7 @@ def test_oracle_exact_with_two_workers_and_rebalances(oracle_topics, rclient, co
     check_dlq(consumer_factory, settings, model, exact=True)
 
 
+@BOTH_TOPOLOGIES
 def test_the_worker_taking_a_dead_ones_partitions_fences_it_at_once(oracle_topics, rclient, consumer_factory):
     """kill -9 with a second worker alive: the survivor, assigned the dead one's partitions, finds
     it gone from the group and fences its transactional id (aborting its open transaction now,
