@@ -16,10 +16,12 @@ Per case: events/s; CPU per event (µs) of Redis (`redis_us_per_event`: INFO cpu
 cluster's masters; `redis_replica_us_per_event`: its replicas, which users pay for too), of the
 workers (/proc, summed) and of the Kafka broker; per core: `events_per_cpu_s` = events per second
 of one core spent by workers and Redis (replicas included), `events_per_s_per_busy_core`; where
-the box's CPU went (`where_cpu_goes`, `cpu_split_pct`). Ratios within the run: cluster against
-single, two workers against one, the WAIT option against none. The box has 2 cores: with two
-workers, Redis and Kafka on it, the cases with 2 workers measure what the box can do, not what
-2 workers on 2 machines would; the CPU per event is the figure that carries over.
+the box's CPU went (`where_cpu_goes`, `cpu_split_pct`) and, inside Redis, per event (`redis_profile`,
+bench/scale/profile.py): in the apply script, in other commands, cluster bus messages.
+Ratios within the run: cluster against single, two workers against one, the WAIT option against
+none. The box has 2 cores: with two workers, Redis and Kafka on it, the cases with 2 workers
+measure what the box can do, not what 2 workers on 2 machines would; the CPU per event is the
+figure that carries over.
 
 Knobs: RANKSTREAM_BENCH_EVENTS (N is half of it: default 150000 events per case),
 RANKSTREAM_BENCH_SCALE_BOARDS (2000).
@@ -69,6 +71,7 @@ PER_CASE = (
     "events_per_cpu_s",
     "events_per_s_per_busy_core",
 )
+PROFILE_ROWS = ("cpu_us", "scripts_wall_us", "other_commands_wall_us", "bus_messages.publish_sent")
 ROWS = [
     *(Row(f"events_per_s_{name}") for name in NAMES),
     *(Row(name) for name in RATIOS),
@@ -76,6 +79,7 @@ ROWS = [
     Row("redis_cluster_with_replicas_vs_single_us_1w"),
     *(Row(f"{metric}_{name}") for metric in PER_CASE for name in NAMES),
     *(Row(f"cases.{name}.where_cpu_goes") for name in NAMES),
+    *(Row(f"cases.{name}.redis_profile.masters.{part}") for part in PROFILE_ROWS for name in NAMES),
     *(Row(f"cases.{name}.worker_metrics.apply_share") for name in NAMES),
     *(Row(f"cases.{name}.applied") for name in NAMES),
 ]

@@ -8,7 +8,8 @@ read_committed, so all N appear to them at that instant. The clock stops when th
 committed offsets reach the end of every partition (lag 0): the worker commits a batch's offsets
 only after its Redis writes, so by then every event is applied (checked after: the boards' seq
 keys sum to N). CPU over exactly that stretch: each process' from /proc (workers, Kafka, the
-bench itself, the rest of the box), each Redis node's from its INFO cpu."""
+bench itself, the rest of the box), each Redis node's from its INFO cpu, and
+where it went inside Redis (bench/scale/profile.py)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from bench.harness.kafka import QUIET_KAFKA, Message, produce_held
 from bench.harness.nodes import WORKER_READY_S, assigned_partitions, start_worker
 from bench.harness.processes import Child, Children
 from bench.harness.stack import Stack
+from bench.scale.profile import profile
 from bench.scale.targets import RedisTarget
 from bench.worker.drain import STALL_S, scrape_metrics
 from common.settings import Settings
@@ -159,12 +161,12 @@ def run_case(
         meter = CpuMeter({**pids, "kafka": stack.pids()["kafka"], "bench": os.getpid(), **target.pids()})
         say(f"{case.name}: {case.workers} worker(s) hold the partitions; releasing {n} events")
         with produce_held(settings.kafka_bootstrap, settings.topic_updates, messages, f"bench-{tag}") as ends:
-            redis_before = target.cpu_s()
+            redis_before, counters_before = target.cpu_s(), target.snapshots()
             meter.start()
             started = time.monotonic()
         done = _wait_drained(settings, ends, workers)
         cpu = meter.stop()
-        redis_after = target.cpu_s()
+        redis_after, counters_after = target.cpu_s(), target.snapshots()
         elapsed = done - started
         metrics = _metrics(workers, elapsed)
         target.check_roles()
@@ -182,6 +184,7 @@ def run_case(
         worker_metrics=metrics,
         worker_exit_codes=[c.proc.returncode for c in workers.children],
         worker_stop_s=[round(s, 2) for s in stop_s],
+        redis_profile=profile(counters_before, counters_after, target.roles, n),
     )
     return report
 

@@ -3,7 +3,8 @@ Redis, and a Redis Cluster of 3 masters with a replica each (rankstream/cluster.
 the same way: AOF on (everysec, as `rankstream dev` runs Redis: what users pay for a write) and
 no automatic AOF rewrite (its fork would land in one measurement and not another); a cluster
 node may be silent 15 s before it is failed over (the tests' 1 s would let a box starved by the
-bench itself fail a master over mid-run). Per node: its port, pid, role and INFO cpu."""
+bench itself fail a master over mid-run). Per node: its port, pid, role, INFO cpu and
+the counters of bench/scale/profile.py."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from redis.cluster import RedisCluster
 from bench.common import BenchError, say
 from bench.harness.stack import Stack
 from bench.redis_cost import redis_cpu_s
+from bench.scale.profile import Snapshot, snapshot
 from common.store.topology import connect
 from rankstream.cluster import LocalRedisCluster
 
@@ -65,6 +67,14 @@ class RedisTarget:
     def cpu_s(self) -> dict[int, float]:
         """Each node's own CPU seconds so far (INFO cpu), by port."""
         return {node.port: redis_cpu_s(self.client(node)) for node in self.nodes}
+
+    def snapshots(self) -> dict[int, Snapshot]:
+        """Each node's counters (bench/scale/profile.py), by port."""
+        return {node.port: snapshot(self.client(node), self.cluster) for node in self.nodes}
+
+    @property
+    def roles(self) -> dict[str, list[int]]:
+        return {"masters": [n.port for n in self.masters], "replicas": [n.port for n in self.replicas]}
 
     def prepare(self) -> None:
         """AOF on, no automatic rewrite, the long node timeout; until every AOF is written."""
