@@ -156,6 +156,34 @@ def applied_so_far(rclient: Store, settings: Settings) -> int:
     return sum(int(v or 0) for v in pipe.execute())
 
 
+def group_offsets(settings: Settings) -> tuple[int, int]:
+    """(offsets the worker group committed, offsets produced) over the updates topic's partitions."""
+    consumer = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": settings.worker_group,
+                         "enable.auto.commit": False})  # fmt: skip  # reads the commits, never joins
+    try:
+        topic = settings.topic_updates
+        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        committed = consumer.committed([TopicPartition(topic, p) for p in partitions], timeout=10)
+        done = sum(max(tp.offset, 0) for tp in committed)
+        return done, sum(consumer.get_watermark_offsets(tp, timeout=10)[1] for tp in committed)
+    finally:
+        consumer.close()
+
+
+def kafka_lag(settings: Settings) -> int:
+    """Messages of the updates topic the worker group has not committed yet."""
+    done, produced = group_offsets(settings)
+    return produced - done
+
+
+def wait_applied_and_committed(rclient: Store, settings: Settings, target: int, timeout: float = 180) -> None:
+    """Every event applied in Redis, then every message committed by the group: only then is the
+    dead-letter topic whole (a batch applied whose commit failed, e.g. ILLEGAL_GENERATION in a
+    rebalance, is redone with its dead letters by whoever holds its partition next)."""
+    wait_for(lambda: applied_so_far(rclient, settings) >= target, timeout, "every event applied")
+    wait_for(lambda: kafka_lag(settings) == 0, 60, "every message committed")
+
+
 def check_dlq(
     consumer_factory: Callable[..., Consumer], settings: Settings, model: Model, exact: bool
 ) -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 from redis.crc import key_slot
 
 from api.state import APP_STATE
@@ -28,7 +28,7 @@ from common.store.keys import partition_sources
 from common.store.topology import Store, connect
 from rankstream.cluster import LocalRedisCluster
 from tests.conftest import own_topics
-from tests.helpers import applied_so_far, check_dlq, running_worker, wait_for
+from tests.helpers import applied_so_far, check_dlq, group_offsets, kafka_lag, running_worker, wait_for
 from tests.integration.test_api_oracle import check_board
 from tests.integration.test_hot_boards import NodeRunner
 from tests.oracle import (
@@ -352,26 +352,6 @@ def test_live_reshard_while_writing_and_reading_ends_exact(
     assert stats["evalsha"] > sum(redirects[e] for e in REDIRECTS)
 
 
-def group_offsets(settings: Settings) -> tuple[int, int]:
-    """(offsets the worker group committed, offsets produced) over the updates topic's partitions."""
-    consumer = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": settings.worker_group,
-                         "enable.auto.commit": False})  # fmt: skip  # reads the commits, never joins
-    try:
-        topic = settings.topic_updates
-        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-        committed = consumer.committed([TopicPartition(topic, p) for p in partitions], timeout=10)
-        done = sum(max(tp.offset, 0) for tp in committed)
-        return done, sum(consumer.get_watermark_offsets(tp, timeout=10)[1] for tp in committed)
-    finally:
-        consumer.close()
-
-
-def kafka_lag(settings: Settings) -> int:
-    """Messages of the updates topic the worker group has not committed yet."""
-    done, produced = group_offsets(settings)
-    return produced - done
-
-
 def promoted(cluster: LocalRedisCluster, replica: int) -> bool:
     return bool(cluster.client(replica).info("replication")["role"] == "master")
 
@@ -403,12 +383,13 @@ def fail_over(cluster: LocalRedisCluster, settings: Settings, victim: int, stall
     replica = cluster.replica_of(victim)
     boards = [b for b in ALL_BOARDS if cluster.owner(board_slot(b)) == victim]
     seen = Failover(victim, replica, boards)
-    before = board_seqs(cluster.client(victim), settings, boards)
     cluster.freeze(replica)
     try:
         # closed from the victim's side: the frozen replica can't reconnect, and what is already in
         # its socket buffer (sent before) is all it will get
         cluster.client(victim).client_kill_filter(_type="replica")
+        # read after the link closed: a write seen before might still be in that buffer
+        before = board_seqs(cluster.client(victim), settings, boards)
         time.sleep(stall_s)
         # with WAIT the worker writes in bursts (a batch, its WAIT timing out, a back-off, the
         # batch again with what came since): wait for one past the stall if none fell inside it

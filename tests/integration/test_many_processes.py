@@ -26,9 +26,9 @@ import pytest
 from common.settings import Settings
 from rankstream.stack import free_port
 from tests.conftest import own_topics
-from tests.helpers import applied_so_far, check_dlq, wait_for, worker_env
+from tests.helpers import applied_so_far, check_dlq, kafka_lag, wait_for, worker_env
 from tests.integration.test_api_oracle import check_board
-from tests.integration.test_cluster_ops import PacedProducer, kafka_lag
+from tests.integration.test_cluster_ops import PacedProducer
 from tests.integration.test_hot_boards import HOT, write_config
 from tests.oracle import BOARDS, RANGED_BOARDS, Model, compare_redis, generate, now_ms, run_model
 

@@ -20,6 +20,7 @@ from tests.helpers import (
     produce,
     running_worker,
     stop_workers,
+    wait_applied_and_committed,
     wait_for,
     worker_env,
 )
@@ -82,9 +83,7 @@ def test_oracle_exact_after_100k_events(oracle_topics, rclient, consumer_factory
     assert len(model.dlq) > EVENTS * 0.015  # the stream really carries bad events
     produce(settings, messages)
     with running_worker(settings):
-        wait_for(
-            lambda: applied_so_far(rclient, settings) >= total_applied(model), 180, "every event applied"
-        )
+        wait_applied_and_committed(rclient, settings, total_applied(model))
     compared = compare_redis(rclient, settings.key_prefix, model)
     assert compared > 10_000
     check_dlq(consumer_factory, settings, model, exact=True)
@@ -112,7 +111,7 @@ def test_oracle_exact_after_three_kill_9_mid_stream(oracle_topics, rclient, cons
                 victim.kill()
     last = worker_process(settings, worker_id="pod-b")
     try:
-        wait_for(lambda: applied_so_far(rclient, settings) >= target, 180, "every event applied")
+        wait_applied_and_committed(rclient, settings, target)
     finally:
         last.send_signal(signal.SIGTERM)
         assert last.wait(30) == 0
@@ -137,7 +136,7 @@ def test_oracle_exact_with_two_workers_and_rebalances(oracle_topics, rclient, co
         started = time.monotonic()
         assert a.wait(30) == 0
         assert time.monotonic() - started < 25  # within the shutdown deadline
-        wait_for(lambda: applied_so_far(rclient, settings) >= target, 180, "every event applied")
+        wait_applied_and_committed(rclient, settings, target)
     finally:
         stop_workers(a, b)
     compare_redis(rclient, settings.key_prefix, model)
@@ -162,7 +161,7 @@ def test_the_worker_taking_a_dead_ones_partitions_fences_it_at_once(oracle_topic
             victim.kill()
             victim.wait(10)
             assert applied_so_far(rclient, settings) < target, "the kill came too late to test anything"
-            wait_for(lambda: applied_so_far(rclient, settings) >= target, 180, "every event applied")
+            wait_applied_and_committed(rclient, settings, target)
             assert survivor._fence is not None
             assert survivor._fence.fenced == [f"{settings.worker_group}-pod-a"]
             fenced = survivor.metrics.registry.get_sample_value("rankstream_worker_predecessors_fenced")

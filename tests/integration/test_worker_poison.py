@@ -21,7 +21,15 @@ from common.settings import Settings
 from common.store import apply as store_apply
 from common.store.scripts import ArgT
 from rankstream.topics import ensure_topics
-from tests.helpers import applied_so_far, check_dlq, header_map, produce, read_all, running_worker, wait_for
+from tests.helpers import (
+    check_dlq,
+    header_map,
+    produce,
+    read_all,
+    running_worker,
+    wait_applied_and_committed,
+    wait_for,
+)
 from tests.oracle import (
     BOARDS,
     DAY_MS,
@@ -166,9 +174,7 @@ def test_poison_and_edge_messages_mid_stream_with_two_workers(
     with ExitStack() as workers:
         for name in ("a", "b"):
             workers.enter_context(running_worker(settings.model_copy(update={"worker_id": f"poison-{name}"})))
-        wait_for(
-            lambda: applied_so_far(rclient, settings) >= sum(model.seq.values()), 180, "every event applied"
-        )
+        wait_applied_and_committed(rclient, settings, sum(model.seq.values()))
     assert poisoned.lua >= 60 and poisoned.periods >= 1, poisoned
     compare_redis(rclient, settings.key_prefix, model)
     check_dlq(consumer_factory, settings, model, exact=True)
