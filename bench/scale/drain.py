@@ -161,12 +161,12 @@ def run_case(
         meter = CpuMeter({**pids, "kafka": stack.pids()["kafka"], "bench": os.getpid(), **target.pids()})
         say(f"{case.name}: {case.workers} worker(s) hold the partitions; releasing {n} events")
         with produce_held(settings.kafka_bootstrap, settings.topic_updates, messages, f"bench-{tag}") as ends:
-            redis_before, counters_before = target.cpu_s(), target.snapshots()
+            before = target.snapshots()
             meter.start()
             started = time.monotonic()
         done = _wait_drained(settings, ends, workers)
         cpu = meter.stop()
-        redis_after, counters_after = target.cpu_s(), target.snapshots()
+        after = target.snapshots()
         elapsed = done - started
         metrics = _metrics(workers, elapsed)
         target.check_roles()
@@ -175,7 +175,7 @@ def run_case(
         stop_s = [group.stop(child) for child in workers.children]
     if applied != n:
         say(f"WARNING: {case.name}: {applied} events applied, expected exactly {n}")
-    redis_s = {port: redis_after[port] - redis_before[port] for port in redis_after}
+    redis_s = {port: after[port].cpu_s - before[port].cpu_s for port in after}
     report = _report(case, n, elapsed, cpu, redis_s)
     report.update(
         applied=applied,
@@ -184,7 +184,7 @@ def run_case(
         worker_metrics=metrics,
         worker_exit_codes=[c.proc.returncode for c in workers.children],
         worker_stop_s=[round(s, 2) for s in stop_s],
-        redis_profile=profile(counters_before, counters_after, target.roles, n),
+        redis_profile=profile(before, after, target.roles, n),
     )
     return report
 

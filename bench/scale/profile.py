@@ -27,6 +27,7 @@ from typing import cast
 import redis
 
 from bench.common import Result
+from bench.redis_cost import redis_cpu_s
 
 SCRIPT_COMMANDS = frozenset({"evalsha", "eval", "evalsha_ro", "eval_ro", "fcall", "fcall_ro"})
 TOP_COMMANDS = 8
@@ -42,7 +43,6 @@ class Snapshot:
 
 def snapshot(client: redis.Redis, cluster: bool) -> Snapshot:
     """One node's counters now."""
-    cpu = cast("dict[str, float]", client.info("cpu"))
     stats = cast("dict[str, dict[str, int]]", client.info("commandstats"))
     commands = {
         name.removeprefix("cmdstat_"): (int(v["calls"]), int(v["usec"]))
@@ -55,7 +55,7 @@ def snapshot(client: redis.Redis, cluster: bool) -> Snapshot:
         for key, value in fields.items():
             if key.startswith(BUS_PREFIX) and not key.endswith("_total"):
                 bus[key.removeprefix(BUS_PREFIX)] = int(str(value))
-    return Snapshot(float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"]), commands, bus)
+    return Snapshot(redis_cpu_s(client), commands, bus)
 
 
 def _per(value: float, n: int) -> float:

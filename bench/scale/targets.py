@@ -20,7 +20,6 @@ from redis.cluster import RedisCluster
 
 from bench.common import BenchError, say
 from bench.harness.stack import Stack
-from bench.redis_cost import redis_cpu_s
 from bench.scale.profile import Snapshot, snapshot
 from common.store.topology import connect
 from rankstream.cluster import LocalRedisCluster
@@ -64,12 +63,8 @@ class RedisTarget:
     def pids(self) -> dict[str, int]:
         return {node.label: node.pid for node in self.nodes}
 
-    def cpu_s(self) -> dict[int, float]:
-        """Each node's own CPU seconds so far (INFO cpu), by port."""
-        return {node.port: redis_cpu_s(self.client(node)) for node in self.nodes}
-
     def snapshots(self) -> dict[int, Snapshot]:
-        """Each node's counters (bench/scale/profile.py), by port."""
+        """Each node's counters (bench/scale/profile.py: its own CPU seconds so far too), by port."""
         return {node.port: snapshot(self.client(node), self.cluster) for node in self.nodes}
 
     @property

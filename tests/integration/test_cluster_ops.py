@@ -28,7 +28,15 @@ from common.store.keys import partition_sources
 from common.store.topology import Store, connect
 from rankstream.cluster import LocalRedisCluster
 from tests.conftest import own_topics
-from tests.helpers import applied_so_far, check_dlq, group_offsets, kafka_lag, running_worker, wait_for
+from tests.helpers import (
+    applied_so_far,
+    check_dlq,
+    group_offsets,
+    kafka_lag,
+    running_worker,
+    wait_applied_and_committed,
+    wait_for,
+)
 from tests.integration.test_api_oracle import check_board
 from tests.integration.test_hot_boards import NodeRunner
 from tests.oracle import (
@@ -463,8 +471,7 @@ def test_failover_mid_stream_with_wait_loses_nothing(cluster, cluster_settings, 
             wait_for(lambda: replicates(cluster, victim, failover.replica), 30, "the killed node a replica")
             cluster.wait_ok()
             producer.join()
-            wait_for(lambda: applied_so_far(cclient, settings) >= target, 120, "every event applied")
-            wait_for(lambda: kafka_lag(settings) == 0, 60, "every message committed")
+            wait_applied_and_committed(cclient, settings, target, timeout=120)
             settled_at = time.monotonic()
             time.sleep(0.5)  # reads after the failover, on every board
         status, ready = node.get("/readyz")

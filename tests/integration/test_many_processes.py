@@ -26,7 +26,7 @@ import pytest
 from common.settings import Settings
 from rankstream.stack import free_port
 from tests.conftest import own_topics
-from tests.helpers import applied_so_far, check_dlq, kafka_lag, wait_for, worker_env
+from tests.helpers import applied_so_far, check_dlq, wait_applied_and_committed, wait_for, worker_env
 from tests.integration.test_api_oracle import check_board
 from tests.integration.test_cluster_ops import PacedProducer
 from tests.integration.test_hot_boards import HOT, write_config
@@ -233,8 +233,7 @@ def test_three_churning_workers_and_two_api_nodes_end_exact(
             applied_at_end = applied_so_far(rclient, settings)
         assert second is not None
         assert "b" in ready, "node b was not ready while the stream went on"
-        wait_for(lambda: applied_so_far(rclient, settings) >= target, 120, "every event applied")
-        wait_for(lambda: kafka_lag(settings) == 0, 60, "every message committed")
+        wait_applied_and_committed(rclient, settings, target, timeout=120)
         assert len([how for how, _ in left if how == "kill -9"]) >= 2 and len(left) >= 4
         compare_redis(rclient, settings.key_prefix, model)
         check_dlq(consumer_factory, settings, model, exact=True)
