@@ -20,6 +20,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 
+from api.hotmeta import HotMeta
 from api.hotwindow import HotWindow
 from common.boards import BoardsConfig, Order
 from common.cache_records import Kind, Record, decode, partition_for
@@ -44,7 +45,7 @@ class HotBoard:
     desc: bool
     mode: Any
     instances: dict[str, HotWindow] = field(default_factory=dict)
-    meta: dict[str, bytes] = field(default_factory=dict)
+    meta: HotMeta = field(default_factory=HotMeta)
     seq: int = 0  # the newest seq memory reflects (records and markers)
     marker: int = -1  # the newest marker: every change up to it is in memory
     target: int = 0  # Redis' seq when replay started
@@ -78,16 +79,16 @@ class HotBoard:
             changed = window.put(record.member, record.score, record.tie_ms, record.seq)
         if changed:  # every member record carries the board's meta of the member (Redis' own)
             self.version += 1
-            if record.meta:
-                self.meta[record.member] = record.meta
-            else:
-                self.meta.pop(record.member, None)
+            member, seq = record.member, record.seq
+            self.meta.take(member, seq, record.meta, lambda: self._newer(member, seq))
+
+    def _newer(self, member: str, seq: int) -> bool:
+        """Whether some window holds a state or a delete of the member newer than `seq`."""
+        return any(window.member_seq(member) > seq for window in self.instances.values())
 
     def _drop_orphan_meta(self) -> None:
-        """The meta of members no window holds any more (after a reset): reads never show it,
-        and a member that comes back brings its meta along in its state record."""
         windows = list(self.instances.values())
-        self.meta = {m: meta for m, meta in self.meta.items() if any(m in window for window in windows)}
+        self.meta.keep_only(lambda member: any(member in window for window in windows))
 
     def progress(self, started: float) -> dict[str, object]:
         return {

@@ -70,9 +70,10 @@ class HotWindow:
     def __contains__(self, member: object) -> bool:
         return member in self._keys
 
-    def seq_of(self, member: str) -> int:
+    def member_seq(self, member: str) -> int:
+        """The seq of the member's state or delete held here; -1 if neither."""
         key = self._keys.get(member)
-        return self._seq(key) if key is not None else self._tombs.get(member, self._floor)
+        return self._seq(key) if key is not None else self._tombs.get(member, -1)
 
     def put(self, member: str, score: float, tie: int, seq: int) -> bool:
         """Set a member's state unless a newer one is known; True if applied."""

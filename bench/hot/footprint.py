@@ -21,11 +21,12 @@ def footprint(members: int, use_tracemalloc: bool) -> Result:
 
 
 def build(members: int, use_tracemalloc: bool) -> Result:
-    """What HotBoards holds for one `total` window: HotWindow(desc, inv) with every member put,
-    then finish_loading(), and the meta dict. Members and metas are the objects the API keeps:
-    decoded from update_cache records (a member id split from the key, the meta a slice of the
-    value; an orjson.dumps() result would hold a 4 KiB buffer whatever its length)."""
-    from api.hotwindow import HotWindow  # noqa: PLC0415 - the helper process only
+    """What HotBoards holds for one `total` window: a HotBoard(desc, inv) applying one record per
+    member, then finish_loading(): the window and the meta (each with its seq). Members and metas
+    are the objects the API keeps: decoded from update_cache records (a member id split from the
+    key, the meta a slice of the value; an orjson.dumps() result would hold a 4 KiB buffer
+    whatever its length)."""
+    from api.hotboards import HotBoard  # noqa: PLC0415 - the helper process only
     from common.cache_records import state_record  # noqa: PLC0415
     from common.store.encoding import TieMode  # noqa: PLC0415
 
@@ -36,8 +37,7 @@ def build(members: int, use_tracemalloc: bool) -> Result:
     if use_tracemalloc:
         tracemalloc.start()
     started = time.perf_counter()
-    window = HotWindow(True, TieMode.INV)
-    meta: dict[str, bytes] = {}
+    hot = HotBoard(BOARD, ("total",), desc=True, mode=TieMode.INV)
     for i in range(members):
         raw_meta = f'{{"name":"Player {i}","lvl":{i % 60}}}'.encode() if i % 20 == 0 else None
         score = float(int(100 * rng.paretovariate(1.2)))
@@ -45,17 +45,16 @@ def build(members: int, use_tracemalloc: bool) -> Result:
         record = decode(
             *state_record(BOARD, "total", f"u{i:07d}", score=score, tie_ms=tie, seq=i + 1, meta=raw_meta)
         )
-        window.put(record.member, record.score, record.tie_ms, record.seq)
-        if record.meta:
-            meta[record.member] = record.meta
+        hot.apply(record)
     put_s = time.perf_counter() - started
+    window = hot.window("total")
     window.finish_loading()
     build_s = time.perf_counter() - started - put_s
     gc.collect()
     after = rss_bytes()
     out: Result = {
         "members": len(window),
-        "meta_members": len(meta),
+        "meta_members": len(hot.meta),
         "put_s": round(put_s, 3),
         "finish_loading_s": round(build_s, 3),
     }

@@ -41,7 +41,7 @@ from tests.integration.test_hot_boards import (
     wait_memory_caught_up,
 )
 from tests.integration.test_worker_outages import committed_total
-from tests.oracle import Message, Model, _event, compare_redis, now_ms, period_id
+from tests.oracle import Message, Model, _event, compare_redis, now_ms, period_end_ms, period_id
 from tests.redis_layout import index_keys
 from worker.outputs import TransactionalOutputs
 
@@ -108,7 +108,7 @@ def assert_memory_equals_model(node: NodeRunner, model: Model) -> int:
     """Every hot window instance in the node's memory, member by member and with its meta."""
     snapshot = node.call(
         lambda app: {
-            board: ({i: w.items() for i, w in hot.instances.items()}, dict(hot.meta))
+            board: ({i: w.items() for i, w in hot.instances.items()}, dict(hot.meta.items()))
             for board, hot in app[APP_STATE].hot.boards.items()
         }
     )
@@ -234,7 +234,10 @@ def test_resets_of_a_period_a_window_and_a_board_and_erase_through_the_command_l
     settings = hot_settings(make_settings, tmp_path)
     board, tag = "gift:r1", BoardKeys(settings.key_prefix, "gift:r1").tag
     start = now_ms()
-    today, yesterday = start - 60_000, start - 26 * HOUR_MS
+    today = start - 60_000
+    # late in the day before today's, wherever the clock is: that day is kept (late_grace 1d) all
+    # today, where `start - 26 h` fell two days back between 00:00 and 02:00 in the boards' zone
+    yesterday = period_end_ms("day", today) - 26 * HOUR_MS
 
     def events(tag_: str, members: range, ts: int, score: int = 1, meta: bool = False) -> list[Message]:
         out = []
