@@ -1,4 +1,4 @@
-"""The members' meta of one hot board in memory: the newest record's, whatever order records come in.
+"""The members' meta of one hot board in memory: the newest record's, in whatever order they come.
 
 A member's meta is the board's (one per member, not per window), and every update_cache record
 of the member carries it as Redis held it after the record's seq. Records of different window
@@ -10,6 +10,12 @@ Each value is one bytes object: the seq (8 bytes, big-endian) then the meta JSON
 without meta take no room. A record without meta newer than the kept one drops it (a delete op or
 an erase dropped it in Redis); an older record with meta cannot bring it back then, because the
 window the newer record went to holds the member's state or delete at that newer seq.
+
+Known limit: a reset removes that evidence. If resets of `total` and of the window instance a
+member's newer records went to void them, and the member's meta is forgotten with its windows, an
+older record of another, un-reset instance arriving after them (a backfill's, labelled with the
+seq it started at) brings back the older meta. The cure is a record of its own for a member's
+meta on update_cache (keyed per member, compacted, with its seq), not tied to window records.
 """
 
 from __future__ import annotations
