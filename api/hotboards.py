@@ -79,8 +79,8 @@ class HotBoard:
             changed = window.put(record.member, record.score, record.tie_ms, record.seq)
         if changed:  # every member record carries the board's meta of the member (Redis' own)
             self.version += 1
-            member, seq = record.member, record.seq
-            self.meta.take(member, seq, record.meta, lambda: self._newer(member, seq))
+            if record.meta or record.member in self.meta:  # most records: no meta, none kept
+                self.meta.take(record.member, record.seq, record.meta, self._newer)
 
     def _newer(self, member: str, seq: int) -> bool:
         """Whether some window holds a state or a delete of the member newer than `seq`."""

@@ -37,17 +37,22 @@ class HotMeta:
         held = self._held.get(member)
         return None if held is None else held[_HEAD:]
 
-    def take(self, member: str, seq: int, meta: bytes | None, newer_elsewhere: Callable[[], bool]) -> None:
+    def __contains__(self, member: object) -> bool:
+        return member in self._held
+
+    def take(
+        self, member: str, seq: int, meta: bytes | None, newer_elsewhere: Callable[[str, int], bool]
+    ) -> None:
         """A record of `member` at `seq` carrying `meta` was applied to one of its windows.
 
-        `newer_elsewhere()` says whether a window holds a newer state or delete of the member:
-        asked only when memory keeps no meta for it, it stops an older record re-adding meta a
-        newer one lacked."""
+        `newer_elsewhere(member, seq)` says whether a window holds a newer state or delete of the
+        member: asked only when memory keeps no meta for it, it stops an older record re-adding
+        meta a newer one lacked."""
         held = self._held.get(member)
         if held is not None:
             if _SEQ.unpack_from(held)[0] > seq:
                 return  # a newer record's meta is known
-        elif not meta or newer_elsewhere():
+        elif not meta or newer_elsewhere(member, seq):
             return
         if meta:
             self._held[member] = _SEQ.pack(seq) + meta
