@@ -36,7 +36,7 @@ from common.clock import Clock, system_ms
 from common.settings import Settings
 from common.store.topology import Store, node_client
 from rankstream.stack import free_port
-from rankstream.topics import RESULTS_PARTITIONS
+from rankstream.topics import RESULTS_PARTITIONS, UPDATE_PARTITIONS
 from tests.conftest import unique
 from tests.oracle import BOARDS, RANGED_BOARDS, Model
 from tests.oracle import Message as StreamMessage
@@ -156,18 +156,42 @@ def applied_so_far(rclient: Store, settings: Settings) -> int:
     return sum(int(v or 0) for v in pipe.execute())
 
 
-def group_offsets(settings: Settings) -> tuple[int, int]:
-    """(offsets the worker group committed, offsets produced) over the updates topic's partitions."""
-    consumer = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": settings.worker_group,
-                         "enable.auto.commit": False})  # fmt: skip  # reads the commits, never joins
+@contextmanager
+def _group_reader(settings: Settings, stable: bool = True) -> Iterator[tuple[Consumer, list[TopicPartition]]]:
+    """A consumer of the worker group that reads its commits and never joins it, and the updates
+    topic's partitions. `stable=False`: committed() does not wait for open transactions' offsets
+    (read_uncommitted)."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": settings.kafka_bootstrap,
+            "group.id": settings.worker_group,
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed" if stable else "read_uncommitted",
+        }
+    )
     try:
-        topic = settings.topic_updates
-        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-        committed = consumer.committed([TopicPartition(topic, p) for p in partitions], timeout=10)
-        done = sum(max(tp.offset, 0) for tp in committed)
-        return done, sum(consumer.get_watermark_offsets(tp, timeout=10)[1] for tp in committed)
+        yield consumer, [TopicPartition(settings.topic_updates, p) for p in range(UPDATE_PARTITIONS)]
     finally:
         consumer.close()
+
+
+def committed_offsets(settings: Settings, stable: bool = True) -> dict[int, int]:
+    """The worker group's committed offset of each partition of the updates topic (< 0: none)."""
+    with _group_reader(settings, stable) as (reader, parts):
+        return {tp.partition: tp.offset for tp in reader.committed(parts, timeout=10)}
+
+
+def committed_total(settings: Settings) -> int:
+    """Messages of the updates topic the worker group has committed."""
+    return sum(max(offset, 0) for offset in committed_offsets(settings).values())
+
+
+def group_offsets(settings: Settings) -> tuple[int, int]:
+    """(offsets the worker group committed, offsets produced) over the updates topic's partitions."""
+    with _group_reader(settings) as (reader, parts):
+        committed = reader.committed(parts, timeout=10)
+        done = sum(max(tp.offset, 0) for tp in committed)
+        return done, sum(reader.get_watermark_offsets(tp, timeout=10)[1] for tp in committed)
 
 
 def kafka_lag(settings: Settings) -> int:

@@ -32,7 +32,16 @@ from common.events import Op
 from common.settings import Settings
 from common.store.keys import BoardKeys
 from rankstream import admin
-from tests.helpers import BOTH_TOPOLOGIES, header_map, produce, read_all, running_worker, wait_for, worker_env
+from tests.helpers import (
+    BOTH_TOPOLOGIES,
+    committed_total,
+    header_map,
+    produce,
+    read_all,
+    running_worker,
+    wait_for,
+    worker_env,
+)
 from tests.integration.test_hot_boards import (
     HOT,
     NodeRunner,
@@ -40,7 +49,6 @@ from tests.integration.test_hot_boards import (
     hot_settings,
     wait_memory_caught_up,
 )
-from tests.integration.test_worker_outages import committed_total
 from tests.oracle import Message, Model, _event, compare_redis, now_ms, period_end_ms, period_id
 from tests.redis_layout import index_keys
 from worker.outputs import TransactionalOutputs

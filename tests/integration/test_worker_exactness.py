@@ -16,16 +16,23 @@ from typing import cast
 import orjson
 import pytest
 import redis
-from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from common.settings import Settings
 from rankstream.stack import free_port
 from rankstream.topics import UPDATE_PARTITIONS, ensure_topics
-from tests.helpers import applied_so_far, check_dlq, produce, running_worker, stop_workers, wait_for
+from tests.helpers import (
+    applied_so_far,
+    check_dlq,
+    committed_offsets,
+    committed_total,
+    produce,
+    running_worker,
+    stop_workers,
+    wait_for,
+)
 from tests.integration.test_worker_oracle import total_applied, worker_process
-from tests.integration.test_worker_outages import committed_total
 from tests.oracle import BOARDS, ORACLE_BOARDS, Message, Model, compare_redis, generate, now_ms, run_model
 from worker.metrics import WorkerMetrics
 
@@ -118,17 +125,6 @@ def fences(client: redis.Redis, settings: Settings) -> dict[tuple[str, str], tup
     return out
 
 
-def committed_offsets(settings: Settings) -> dict[int, int]:
-    """The group's committed offsets, without waiting for open transactions (read_uncommitted)."""
-    conf = {"bootstrap.servers": settings.kafka_bootstrap, "group.id": settings.worker_group}
-    reader = Consumer({**conf, "isolation.level": "read_uncommitted"})
-    try:
-        parts = [TopicPartition(settings.topic_updates, p) for p in range(UPDATE_PARTITIONS)]
-        return {tp.partition: tp.offset for tp in reader.committed(parts, timeout=10)}
-    finally:
-        reader.close()
-
-
 def kill_while_redis_is_ahead(
     victim: subprocess.Popen[bytes], client: redis.Redis, settings: Settings
 ) -> None:
@@ -141,7 +137,7 @@ def kill_while_redis_is_ahead(
             assert time.monotonic() < deadline, "Redis was never seen ahead of the commits"
         victim.send_signal(signal.SIGSTOP)
         time.sleep(0.2)  # a transaction commit already on its way settles
-        committed = committed_offsets(settings)
+        committed = committed_offsets(settings, stable=False)
         if any(
             off >= committed[int(src.rsplit(":", 1)[1])]
             for (_, src), (_, off) in fences(client, settings).items()

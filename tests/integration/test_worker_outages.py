@@ -13,24 +13,15 @@ import pytest
 import redis
 from confluent_kafka import Consumer, TopicPartition
 
-from common.settings import Settings, load_settings
+from common.settings import load_settings
 from rankstream.stack import LocalKafka, LocalRedis, free_port
 from rankstream.topics import UPDATE_PARTITIONS, ensure_topics
-from tests.helpers import applied_so_far, check_dlq, produce, running_worker, wait_for
+from tests.helpers import applied_so_far, check_dlq, committed_total, produce, running_worker, wait_for
 from tests.integration.test_worker_oracle import ROOT
 from tests.oracle import ORACLE_BOARDS, Message, compare_redis, generate, now_ms, run_model
 from worker.main import BROKER_DEFAULT_MAX_MESSAGE_BYTES, PRODUCER_MESSAGE_MAX_BYTES, dlq_record_limit
 
 pytestmark = pytest.mark.integration
-
-
-def committed_total(settings: Settings) -> int:
-    reader = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": settings.worker_group})
-    try:
-        parts = [TopicPartition(settings.topic_updates, p) for p in range(UPDATE_PARTITIONS)]
-        return sum(max(tp.offset, 0) for tp in reader.committed(parts, timeout=10))
-    finally:
-        reader.close()
 
 
 def stream(n: int) -> tuple[list[Message], list[Message], int]:
