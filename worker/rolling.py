@@ -16,16 +16,18 @@ How: per board and window, the marker `<board>:rp:<period>` is claimed ("busy:<o
 lease), the source period's members (through its tie index, statepage.lua: a member max_members
 moves between its zsets meanwhile is not missed) and the entering bucket's (HSCAN) are walked,
 and each page of members goes through apply.lua as op `derive` (the same formula as the events',
-so a member an event writes meanwhile stays exact), then the marker says "done". Every call is
-one page: a page of 25 members keeps each under a millisecond on a board of any size. On hot boards
-each page's states go to update_cache (acknowledged) before the marker is set, so memory holds the
-next period whole at the boundary too. A set is walked while its bucket is current and the one
-before it (a worker that was down through a bucket's last quarter catches up: until it has, that
-board's period lacks the members nobody touched; each derive writes the exact state, so the
-catch-up heals it)."""
+so a member an event writes meanwhile stays exact; a walk the boundary overtakes rebuilds the
+period from its buckets instead: _walk), the board is registered for the bucket after, then the
+marker says "done". Every call is one page: a page of 25 members keeps each under a millisecond
+on a board of any size. On hot boards each page's states go to update_cache (acknowledged) before
+the marker is set, so memory holds the next period whole at the boundary too. A set is walked
+while its bucket is current and the one before it (a worker that was down through a bucket's last
+quarter catches up: until it has, that board's period lacks the members nobody touched; each
+derive writes the exact state, so the catch-up heals it)."""
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -236,22 +238,26 @@ class RollingPreparer:
         walk = self._rebuild if rebuild else self._walk
         renewed = time.monotonic()
         for call, op, page in walk(keys, board_type, window, source):
+            rebuild = rebuild or op == "rebuild"  # a walk the boundary overtook rebuilds
             self._derive(keys, board_type, call, page, hot=hot, op=op)
             if time.monotonic() - renewed > RENEW_S:
                 self._client.pexpire(marker, LEASE_MS)
                 renewed = time.monotonic()
         if self._publisher is not None and hot:
             self._publisher.flush(30.0)  # in update_cache before the marker says so
+        if self._client.exists(keys.rank(derived.name)):  # it carries members: prepare its successor
+            # registered before the marker says done: a worker stopped between the two would
+            # otherwise leave a period nobody prepares, and whoever reads the due set once the
+            # marker is done finds the board there
+            due = rolling_due(self._prefix, window.rolling_unit or "", target.id)
+            self._client.sadd(due, board)
+            self._client.pexpireat(due, self._slots.shift(window, target, 2).start_ms)
         if self._client.get(marker) != claim:  # the lease lapsed meanwhile: events may have skipped it
             raise PrepareError(f"lost the claim on {derived.name} of {board}: walking it again")
         self._client.set(marker, DONE, pxat=derived.expire_at_ms)
         self.stats.periods += 1
         if self.metrics is not None:
             self.metrics.rolling_prepared.inc()
-        if self._client.exists(keys.rank(derived.name)):  # it carries members: prepare its successor
-            due = rolling_due(self._prefix, window.rolling_unit or "", target.id)
-            self._client.sadd(due, board)
-            self._client.pexpireat(due, self._slots.shift(window, target, 2).start_ms)
         _log.info(
             "rolling period prepared", extra={"board": board, "instance": derived.name, "rebuilt": rebuild}
         )
@@ -262,17 +268,23 @@ class RollingPreparer:
     ) -> Iterator[tuple[list[Instance], str, list[str]]]:
         """Pages to derive into period q+1: the members of q (through its tie index: one
         max_members moves between its rank and overflow zsets meanwhile is still visited), then
-        those of bucket q+1."""
+        those of bucket q+1. The formula holds while q counts every event of the buckets it
+        shares with q+1, so only until q's late grace ends: an event later than that counts in
+        its bucket and in q+1, not in q. A walk that finds the clock at q's end (a grace ahead:
+        the workers' clocks may differ by less) rebuilds q+1 whole from its buckets instead; what
+        it derived before stays exact (events since wrote q+1 as they would)."""
         derived, deps = self._slots.derived(board_type, window, source)
         call = [derived, *deps]
+        ends = source.end_ms
         found = scan.member_pages(
             self._client, keys, window_instance(window.name, source.id), tie_mode(board_type), 4 * self._page
         )
-        for page in _pages((m for members in found for m in members), self._page):
-            yield call, "derive", page
         entering = keys.bucket(bucket_instance(window.name, self._slots.shift(window, source, 1).id))
         fields = scan.hash_field_pages(self._client, entering, 4 * self._page)
-        for page in _pages((m for members in fields for m in members), self._page):
+        for page in _pages(itertools.chain.from_iterable(itertools.chain(found, fields)), self._page):
+            if self._clock() >= ends:  # read right before the page's call
+                yield from self._rebuild(keys, board_type, window, source)
+                return
             yield call, "derive", page
 
     def _rebuild(

@@ -1,0 +1,159 @@
+"""Deterministic reproducers of the rolling preparer's races (worker/rolling.py), on real Redis
+through the worker's Applier and RollingPreparer with an injected clock, checked against the
+independent model of tests/rolling_model.py.
+
+1. A walk that outlives its source period. Period q+1 of `last_<N>h` is derived as
+   R[q] - B[q-N+1] + B[q+1] while the preparer walks it late in bucket q. Once the clock has
+   passed q's late grace, an event late for q (its bucket inside q+1's window) counts in its
+   bucket and in q+1 but not in q, so R[q] no longer holds what q+1 sums. A walk still deriving
+   then overwrote q+1 with a state that lacks the late event: the intermittent
+   `test_rolling_oracle[cluster]` failure of cba386c (`ladder:hot last_6h:2027-11-25T18`: l00 at
+   -1 where the model says -4), whose walk, begun at 17:59:59.999, derived l00 after the clock had
+   moved to 18:26 and a late -3 for bucket 17 had been applied. The test stops the walk where it
+   reads the source's members, moves the clock past the grace and applies the late event there.
+2. A period marked prepared before its successor is registered. The walk set the marker `done`
+   and only then added the board to the next bucket's due set, so a worker stopped between the
+   two left a board whose next period nobody prepares (its members that no event touches are
+   missing from it at the boundary), and a reader of the due set could miss the board although
+   its period was done (what let the oracle's boundary wait pass before the walk above).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import redis
+
+from common.boards import parse_boards
+from common.events import Op, UpdateEvent
+from common.store import scan
+from tests.helpers import BOTH_TOPOLOGIES
+from tests.redis_layout import read_general
+from tests.rolling_model import HOUR, MINUTE, BoardType, Model
+from worker.apply import Applier
+from worker.rolling import RollingPreparer
+
+pytestmark = [pytest.mark.integration, BOTH_TOPOLOGIES]
+ZONE = "UTC"
+WINDOW = "last_6h"
+CONFIG = f"""
+timezone: {ZONE}
+types:
+  ladder: {{windows: [total, {WINDOW}], order: asc, tie_break: last, late_grace: 10m}}
+"""
+TYPES = {"ladder": BoardType("ladder", ("total", WINDOW), "asc", "last", 10 * MINUTE)}
+BOARD = "ladder:hot"
+
+
+class Scene:
+    """One board fed through the Applier and prepared by a RollingPreparer, both on `now`."""
+
+    def __init__(self, client: redis.Redis, prefix: str) -> None:
+        self.client, self.prefix = client, prefix
+        wall = int(time.time() * 1000)
+        self.q = wall - wall % HOUR + 3 * HOUR  # bucket q's start: ahead of Redis' own clock
+        self.now = self.q + 20 * MINUTE
+        boards = parse_boards(CONFIG)
+        self.applier = Applier(client, boards, prefix, 3600, now_ms=lambda: self.now)
+        self.preparer = RollingPreparer(
+            client, boards, prefix, clock=lambda: self.now, epoch=lambda: self.applier.epoch, owner="t"
+        )
+        self.model = Model(boards.timezone, self.q - 30 * 24 * HOUR, self.q + 30 * 24 * HOUR, TYPES)
+        self.ids = 0
+
+    def send(self, member: str, score: float, ts: int) -> None:
+        self.ids += 1
+        event = {"id": f"e{self.ids}", "board": BOARD, "member": member, "op": "incr", "score": score}
+        assert self.model.apply(event, ts, self.now)
+        pair = (UpdateEvent(f"e{self.ids}", BOARD, "ladder", member, Op.INCR, float(score), ts, None), ts)
+        self.applier.apply([pair])
+
+    def prepare(self) -> None:
+        while self.preparer.step():
+            pass
+
+    def period(self, offset: int) -> str:
+        return self.model.shift(WINDOW, self.model.current(WINDOW, self.q), offset)
+
+    def marker(self, period: str) -> bytes | None:
+        return self.client.get(f"{self.prefix}{{{BOARD}}}:rp:{WINDOW}:{period}")  # type: ignore[return-value]
+
+    def assert_exact(self, period: str) -> None:
+        got = read_general(self.client, f"{self.prefix}{{{BOARD}}}", f"{WINDOW}:{period}", True, "last")
+        assert got == self.model.members(BOARD, WINDOW, period), (period, self.now)
+
+
+@pytest.fixture
+def scene(rclient: redis.Redis, settings: Any) -> Scene:
+    return Scene(rclient, settings.key_prefix)
+
+
+def test_a_walk_still_running_after_the_boundary_counts_late_events(
+    scene: Scene, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    q = scene.q
+    scene.send("l00", 5, q + 10 * MINUTE)  # in bucket q: R[q], and q+1 once prepared
+    scene.send("l01", 2, q + 15 * MINUTE)
+    # the walk of q+1 begins at q's last ms; where it reads q's members the clock has moved to
+    # 26 minutes into bucket q+1 (q closed, its grace over) and a late event for bucket q came
+    original: Callable[..., Iterator[list[str]]] = scan.member_pages
+    late: list[int] = []
+
+    def pages(*args: Any, **kwargs: Any) -> Iterator[list[str]]:
+        if not late:
+            scene.now = q + HOUR + 26 * MINUTE
+            late.append(q + HOUR - 11 * MINUTE)
+            scene.send("l00", -3, late[0])  # counts in bucket q and in q+1, not in q (closed)
+            scene.send("l00", -1, q + HOUR + 2 * MINUTE)  # bucket q+1
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(scan, "member_pages", pages)
+    scene.now = q + HOUR - 1
+    scene.prepare()
+    assert late, "the walk never read the source period's members"
+    assert scene.marker(scene.period(1)) == b"done"
+    # l00: 5 - 3 - 1 (the late -3 is in no other period: q had closed)
+    assert scene.model.members(BOARD, WINDOW, scene.period(1))["l00"][0] == 1
+    scene.assert_exact(scene.period(0))
+    scene.assert_exact(scene.period(1))
+
+
+def test_a_prepared_period_is_registered_for_its_successor_before_it_is_marked_done(
+    scene: Scene, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    q = scene.q
+    scene.now = q - 40 * MINUTE
+    scene.send("l00", 5, scene.now)  # bucket q-1: the board is due in q-1 and q, not q+1
+    scene.now = q - 1
+    scene.prepare()  # q is walked, and carries l00: due in q
+    scene.now = q + HOUR - 1  # q's last quarter: q+1 is walked
+    due = f"{scene.prefix}{{rolling}}:h:{scene.period(1)}"
+    real_sadd = scene.client.sadd
+    stopped: list[str] = []
+
+    def sadd(key: str, *values: Any) -> Any:
+        if key == due and not stopped:  # the worker stops here, once
+            stopped.append(key)
+            raise redis.ConnectionError("the worker stopped")
+        return real_sadd(key, *values)
+
+    monkeypatch.setattr(scene.client, "sadd", sadd)
+    with pytest.raises(redis.ConnectionError):
+        scene.prepare()
+    assert stopped
+    registered = scene.client.sismember(due, BOARD)
+    # a period marked done names its board in the due set of the bucket it begins with
+    assert scene.marker(scene.period(1)) != b"done" or registered, (scene.marker(scene.period(1)), due)
+    monkeypatch.undo()
+    scene.prepare()  # the next pass finishes it
+    assert scene.marker(scene.period(1)) == b"done"
+    # nothing touches the board after bucket q-1: its period q+2 still carries l00
+    scene.now = q + 2 * HOUR - 1
+    scene.prepare()
+    scene.now = q + 2 * HOUR
+    scene.prepare()
+    assert scene.model.members(BOARD, WINDOW, scene.period(2)) == {"l00": (5, q - 40 * MINUTE)}
+    scene.assert_exact(scene.period(2))
