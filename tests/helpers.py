@@ -31,6 +31,7 @@ from confluent_kafka import (
 from redis.cluster import RedisCluster
 
 from api.app import create_app
+from api.state import APP_STATE
 from common.boards import load_boards
 from common.clock import Clock, system_ms
 from common.settings import Settings
@@ -63,6 +64,20 @@ def running_worker(settings: Settings, clock: Clock = system_ms) -> Iterator[Wor
         thread.join(30)
         loop.close()
         client.close()
+
+
+def hot_markers(app: Any) -> dict[str, int]:
+    """Each hot board's newest seq marker an API app applied: every change up to that seq is in
+    its memory. (Its `seq`, the newest seq of any record, is no such promise: one batch's records
+    of a board go out member by member, the member whose last event came last first of all, and
+    the marker after them.) Run it on the app's loop."""
+    return {board: hot.marker for board, hot in app[APP_STATE].hot.boards.items()}
+
+
+def markers_reached(markers: dict[str, int], seqs: dict[str, int]) -> bool:
+    """Whether memory holds every change up to each board's seq (a board without events has none
+    to wait for: no marker is published for it)."""
+    return all(seq == 0 or markers.get(board, -1) >= seq for board, seq in seqs.items())
 
 
 def wait_for(condition: Callable[[], bool], timeout: float = 60.0, what: str = "condition") -> None:

@@ -25,7 +25,15 @@ from common.settings import Settings
 from common.store.encoding import TIE_WIDTH
 from common.store.keys import BoardKeys
 from rankstream.topics import ensure_topics
-from tests.helpers import BOTH_TOPOLOGIES, applied_so_far, produce, running_worker, wait_for
+from tests.helpers import (
+    BOTH_TOPOLOGIES,
+    applied_so_far,
+    hot_markers,
+    markers_reached,
+    produce,
+    running_worker,
+    wait_for,
+)
 from tests.oracle import (
     BOARDS,
     ORACLE_BOARDS_RANGED,
@@ -124,11 +132,11 @@ def redis_seq(client: redis.Redis, settings: Settings, board: str) -> int:
 
 
 def wait_memory_caught_up(node: NodeRunner, client: redis.Redis, settings: Settings) -> None:
-    """Until every hot board in memory reflects the seq Redis has."""
+    """Until every hot board in memory reflects the seq Redis has: its marker reached it."""
 
     def caught_up() -> bool:
-        seqs = node.call(lambda app: {b: h.seq for b, h in app[APP_STATE].hot.boards.items()})
-        return all(redis_seq(client, settings, b) == s for b, s in seqs.items())
+        markers = node.call(hot_markers)
+        return markers_reached(markers, {b: redis_seq(client, settings, b) for b in markers})
 
     wait_for(caught_up, 30, "memory caught up with Redis")
 

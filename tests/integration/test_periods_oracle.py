@@ -31,11 +31,18 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported
 )
 
 from api.app import create_app
-from api.state import APP_STATE
 from common.boards import load_boards
 from common.settings import Settings
 from common.store.keys import index_expiry
-from tests.helpers import BOTH_TOPOLOGIES, header_map, mget, read_all, running_worker
+from tests.helpers import (
+    BOTH_TOPOLOGIES,
+    header_map,
+    hot_markers,
+    markers_reached,
+    mget,
+    read_all,
+    running_worker,
+)
 from tests.period_model import Model, Span
 from tests.period_stream import AHEAD, DAY, HOT, MEMBERS, PROMO, SCENARIOS, Stream
 from tests.redis_layout import index_keys, read_general, scan_board
@@ -103,10 +110,10 @@ class ApiNode:
 
         return self._run(go())
 
-    def hot_seqs(self) -> dict[str, int]:
+    def hot_markers(self) -> dict[str, int]:
         async def read() -> dict[str, int]:
             assert self.app is not None
-            return {board: hot.seq for board, hot in self.app[APP_STATE].hot.boards.items()}
+            return hot_markers(self.app)
 
         return self._run(read())
 
@@ -148,8 +155,14 @@ def wait_applied(client: redis.Redis, prefix: str, model: Model) -> None:
 
 
 def wait_memory(node: ApiNode, seqs: dict[str, int]) -> None:
-    """Until the node's hot boards reflect every event applied (update_cache followed)."""
-    wait_until(lambda: (node.hot_seqs() == seqs, f"{node.hot_seqs()} != {seqs}"), "memory")
+    """Until the node's hot boards reflect every event applied: each one's marker (not its
+    newest record's seq, tests/helpers.py hot_markers) has reached the board's seq."""
+
+    def followed() -> tuple[bool, str]:
+        held = node.hot_markers()
+        return markers_reached(held, seqs), f"markers {held}, seqs {seqs}"
+
+    wait_until(followed, "memory")
 
 
 def check_redis(client: redis.Redis, prefix: str, model: Model) -> None:

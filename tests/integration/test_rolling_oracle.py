@@ -23,7 +23,6 @@ asked again until it agrees (MEMORY_LAG_S; 0 makes memory strict), and each such
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import itertools
 import time
@@ -35,10 +34,9 @@ import redis
 from confluent_kafka import Producer
 
 import worker.main
-from api.state import APP_STATE
 from common.settings import Settings
 from common.store.keys import index_expiry
-from tests.helpers import BOTH_TOPOLOGIES, mget, read_all, running_worker
+from tests.helpers import BOTH_TOPOLOGIES, markers_reached, mget, read_all, running_worker
 from tests.integration.test_periods_oracle import (
     ApiNode,
     SimClock,
@@ -89,18 +87,6 @@ def differences(got: Any, want: Any) -> Any:
 def ending(model: Model, now: int) -> list[str]:
     """The units whose bucket ends right after the instant `now`."""
     return [unit for unit, units in model.buckets.items() if units.at(now + 1) != units.at(now)]
-
-
-def hot_markers(node: ApiNode) -> dict[str, int]:
-    """Each hot board's newest seq marker the node applied: every change up to it is in memory
-    (its `seq`, the newest seq of any record, may run ahead while the rest of a batch's records
-    are still on their way)."""
-
-    async def read() -> dict[str, int]:
-        assert node.app is not None
-        return {board: hot.marker for board, hot in node.app[APP_STATE].hot.boards.items()}
-
-    return asyncio.run_coroutine_threadsafe(read(), node.loop).result(30)
 
 
 def marker(prefix: str, board: str, window: str, period: str) -> str:
@@ -185,8 +171,8 @@ class Oracle:
 
         def followed() -> tuple[bool, str]:
             assert node is not None
-            held = hot_markers(node)
-            return all(held.get(b, -1) >= seq for b, seq in hot.items()), f"memory {held}, Redis {hot}"
+            held = node.hot_markers()
+            return markers_reached(held, hot), f"memory {held}, Redis {hot}"
 
         wait_until(followed, "memory")
 
