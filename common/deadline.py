@@ -4,6 +4,7 @@ RANKSTREAM_SHUTDOWN_DEADLINE_S however stuck Kafka or Redis are."""
 
 from __future__ import annotations
 
+import faulthandler
 import logging
 import math
 import os
@@ -11,10 +12,12 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 
 from common.logs import flush_logs
 
 _log = logging.getLogger(__name__)
+BACKSTOP_S = 1.0  # after exit_at's own time: faulthandler's watchdog ends a process it could not
 
 
 class Deadline:
@@ -23,12 +26,21 @@ class Deadline:
     def __init__(self) -> None:
         self._end: float | None = None
         self.started = threading.Event()  # also a stop signal the loops can wait on
+        self._on_start: list[Callable[[], None]] = []
 
     def start(self, seconds: float) -> None:
         """Start the budget; a second signal does not extend it."""
         if self._end is None:
             self._end = time.monotonic() + seconds
             self.started.set()
+            for action in self._on_start:
+                action()
+
+    def when_started(self, action: Callable[[], None]) -> None:
+        """Run `action` in the thread that starts the budget, as it starts (now if it has)."""
+        self._on_start.append(action)
+        if self._end is not None:
+            action()
 
     def remaining(self) -> float:
         return math.inf if self._end is None else max(0.0, self._end - time.monotonic())
@@ -49,7 +61,12 @@ def exit_at(deadline: Deadline, grace_s: float = 0.0) -> None:
     """The last resort of a process that stops, in a daemon thread of its own: `grace_s` after
     the (started) deadline passes, the process exits with status 0 whatever is still running,
     after one log line with every thread's stack (the orderly shutdown ends before; this is for
-    a call blocked past its own timeout, e.g. a librdkafka destructor, or a bug)."""
+    a call blocked past its own timeout, e.g. a librdkafka destructor, or a bug).
+
+    A Python thread can't end a process that is already finalizing (the interpreter stops its
+    daemon threads at their next step: a destructor blocked in the final collection, say) or whose
+    log writes block (a full stderr pipe), so the deadline's start also arms faulthandler's own
+    C watchdog BACKSTOP_S later: it writes every thread's stack to stderr and exits with status 1."""
 
     def run() -> None:
         deadline.started.wait()
@@ -58,7 +75,11 @@ def exit_at(deadline: Deadline, grace_s: float = 0.0) -> None:
         flush_logs()
         os._exit(0)
 
+    def backstop() -> None:
+        faulthandler.dump_traceback_later(deadline.remaining() + grace_s + BACKSTOP_S, exit=True)
+
     threading.Thread(target=run, name="shutdown-deadline", daemon=True).start()
+    deadline.when_started(backstop)
 
 
 def thread_stacks() -> dict[str, str]:

@@ -129,6 +129,7 @@ def main() -> int:
         logging.getLogger(__name__).exception("stopping: fenced")
         code = 1
     finally:
+        loop.request_stop()  # as run_worker: closing has the deadline, however the loop ended
         loop.close()
         if not loop.abandoned:
             server.shutdown()

@@ -265,8 +265,8 @@ def stop_on_signals(loop: WorkerLoop, shutdown_deadline_s: float) -> None:
     then, logging each thread's stack (common/deadline.py exit_at)."""
 
     def _stop(signum: int, frame: FrameType | None) -> None:
+        loop.request_stop()  # first: a log write that fails or blocks must not lose the stop
         _log.info("stopping: finishing the batch, committing", extra={"signal": signum})
-        loop.request_stop()
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
@@ -302,6 +302,7 @@ def run_worker(settings: Settings) -> int:
         _log.error("stopping: %s", exc)
         code = 1
     finally:
+        loop.request_stop()  # however the loop ended (fenced, a bug): closing has the deadline too
         loop.close()
         if not loop.abandoned:
             server.shutdown()

@@ -185,6 +185,11 @@ class Cluster:
             raise AssertionError(f"{worker} up {timeout} s after SIGTERM; its log ends:\n{tail}") from None
         took = time.monotonic() - started
         assert took <= self.settings.shutdown_deadline_s + 5, f"{worker} took {took:.1f} s to exit"
+        log = (self.logs / f"{worker}.log").read_text(errors="replace")
+        # an orderly stop: not one the deadline cut short (common/deadline.py exit_at, whose exit
+        # status is 0 too, or faulthandler's backstop)
+        for cut in ("shutdown deadline reached", "Timeout (0:"):
+            assert cut not in log, f"{worker} was cut short at the deadline; its log ends:\n{log[-12_000:]}"
         return code
 
     def catch(self, keys: list[str], moment: str) -> bool:
