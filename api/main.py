@@ -38,6 +38,7 @@ from aiohttp.http_exceptions import BadHttpMessage
 from api.app import IN_FLIGHT, create_app
 from api.state import APP_STATE
 from common.boards import load_boards
+from common.clock import service_clock
 from common.deadline import exit_at
 from common.logs import flush_logs
 from common.settings import Settings
@@ -126,7 +127,7 @@ async def _serve(app: web.Application, settings: Settings) -> None:
 def run_api(settings: Settings) -> int:
     logging.getLogger("aiohttp.server").addFilter(_NoTraceForBadRequests())
     boards = load_boards(settings.boards)
-    app = create_app(settings, boards)
+    app = create_app(settings, boards, service_clock())
     state = app[APP_STATE]
     _log.info("api starting", extra={"port": settings.api_port})
     uvloop.run(_serve(app, settings))  # about a third less CPU per request (README "Read path")

@@ -30,6 +30,7 @@ from common.store.topology import Store, connect
 from rankstream.cluster import LocalRedisCluster
 from rankstream.stack import LocalKafka, LocalRedis, docker_engine_available, free_port
 from rankstream.topics import ensure_topics
+from tests.boundaries import session_boundary
 
 ROOT = Path(__file__).resolve().parent.parent
 KAFKA_IMAGE = "apache/kafka:4.1.1"
@@ -63,6 +64,11 @@ def _local(stack: ExitStack) -> Servers:
     stack.callback(kafka.stop)
     kafka.start()
     return Servers(kafka.bootstrap, redis_server.url, "local")
+
+
+def pytest_report_header() -> str:
+    """The session's calendar choice, and how to replay it (tests/boundaries.py)."""
+    return session_boundary().describe()
 
 
 @pytest.fixture(scope="session")

@@ -145,12 +145,14 @@ def mget(client: Store, keys: list[str]) -> list[Any]:
 
 def named_connections(client: Store, name: str) -> list[tuple[redis.Redis, str]]:
     """(server, client id) of every connection called `name`, on every node of a cluster."""
-    nodes: list[redis.Redis] = [client] if isinstance(client, redis.Redis) else masters_and_replicas(client)
-    found = [(node, c) for node in nodes for c in node.client_list()]
+    found = [(node, c) for node in every_server(client) for c in node.client_list()]
     return [(node, str(c["id"])) for node, c in found if c.get("name") == name]
 
 
-def masters_and_replicas(client: RedisCluster) -> list[redis.Redis]:
+def every_server(client: Store) -> list[redis.Redis]:
+    """A client per server: the one, or every node of a cluster, replicas included."""
+    if isinstance(client, redis.Redis):
+        return [client]
     nodes = client.get_nodes()  # type: ignore[no-untyped-call]
     return [node_client(client, n) for n in nodes]
 

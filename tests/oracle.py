@@ -14,22 +14,23 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, cast
-from zoneinfo import ZoneInfo
 
 import orjson
 import redis
 
+from tests.boundaries import assert_crosses, session_boundary
 from tests.redis_layout import read_general, scan_board
 
-ORACLE_BOARDS = """
-timezone: Asia/Shanghai
-types:
+ORACLE_BOARDS = (
+    f"\ntimezone: {session_boundary().zone}\n"
+    + """types:
   gift: {windows: [total, hour, day, week, month], late_grace: 1d}
   score: {order: asc, tie_break: last, windows: [total, day, year], late_grace: 1d}
   plain: {tie_break: none, windows: [total]}
   capped: {windows: [total, day], max_members: 20, late_grace: 1d}
   default: {windows: [total, week], late_grace: 1d}
 """
+)
 # A type that declares its score range (its day and week windows pack ties into scores), for the
 # suites of this release; the upgrade test's previous release doesn't know the key.
 RANGED_TYPE = (
@@ -39,7 +40,7 @@ RANGED_BOARDS = [f"ranged:g{i}" for i in range(6)]
 ORACLE_BOARDS_RANGED = ORACLE_BOARDS + RANGED_TYPE
 RANGE = {"ranged": (-50, 20_000)}
 PACKED_BITS = {"ranged": {"day": 27, "week": 30}}  # a day's ms fit 27 bits, a week's 30
-TZ = ZoneInfo("Asia/Shanghai")
+TZ = session_boundary().tz  # a local midnight lies amid every stream's events (tests/boundaries.py)
 WINDOWS = {
     "gift": ["total", "hour", "day", "week", "month"],
     "score": ["total", "day", "year"],
@@ -61,6 +62,7 @@ CAP = {"capped": 20, "ranged": 15}
 GRACE_MS = 86_400_000
 EXACT = 2**53 - 1
 DAY_MS = 86_400_000
+AROUND_MS = 45 * 60_000  # events lie this close to the session's local midnight
 
 
 def period_id(window: str, ts_ms: int) -> str | None:
@@ -78,7 +80,7 @@ def period_id(window: str, ts_ms: int) -> str | None:
 
 def period_end_ms(window: str, ts_ms: int) -> int:
     local = datetime.fromtimestamp(ts_ms / 1000, TZ).replace(tzinfo=None)
-    if window == "hour":  # Asia/Shanghai has no daylight saving: an hour is 3600 s
+    if window == "hour":  # the zone has a fixed offset: an hour is 3600 s
         start = datetime(local.year, local.month, local.day, local.hour, tzinfo=TZ)
         return int(start.timestamp() * 1000) + 3_600_000
     day0 = local.replace(hour=0, minute=0, second=0, microsecond=0)
@@ -216,8 +218,10 @@ def _event(rng: random.Random, board: str, now_ms: int, n: int) -> dict[str, Any
             event["score"] = round(rng.uniform(-50, 500), rng.choice([1, 2, 3]))
         else:
             event["score"] = rng.randint(-20, 1000) if kind != "score" else rng.randint(0, 5000)
-    late = rng.random() < 0.03
-    event["ts"] = now_ms - (40 * DAY_MS + rng.randrange(DAY_MS) if late else rng.randrange(90 * 60_000))
+    if rng.random() < 0.03:  # late: in periods closed long ago (total only)
+        event["ts"] = now_ms - 40 * DAY_MS - rng.randrange(DAY_MS)
+    else:  # within 45 minutes of the session's local midnight, either side
+        event["ts"] = session_boundary().at_ms + rng.randrange(-AROUND_MS, AROUND_MS)
     if rng.random() < 0.05:
         event["meta"] = {"name": f"N{member}", "lvl": rng.randint(1, 99)}
     return event
@@ -301,6 +305,14 @@ def generate(seed: int, total: int, now_ms: int, boards: Sequence[str] = BOARDS)
             n += 1
         produced.append(msg)
         yield msg
+    assert_crosses_midnight("the oracle's stream", produced, now_ms)
+
+
+def assert_crosses_midnight(what: str, messages: Sequence[Message], now_ms: int) -> None:
+    """Fails unless the valid events younger than a day (the others are late for every period)
+    lie on both sides of a local midnight."""
+    recent = [int(e["ts"]) for m in messages for e, _ in m.valid if int(e["ts"]) > now_ms - DAY_MS]
+    assert_crosses(what, TZ, recent, ("day",))
 
 
 def run_model(messages: list[Message], now_ms: int) -> Model:

@@ -44,6 +44,7 @@ class Scenario:
     gaps: tuple[str, ...]  # instants in no season of cup
     ends_at: str  # promo's activity end (local)
     probes: tuple[str, ...]  # period ends whose late grace is probed at its last ms and just after
+    crosses: tuple[str, ...] = ("day",)  # the local boundaries its events cross (day, week, month)
 
     @property
     def tz(self) -> ZoneInfo:
@@ -105,6 +106,7 @@ SCENARIOS = {
         gaps=("2027-05-31T01:00", "2027-06-01T12:00"),
         ends_at="2027-06-01T09:30",
         probes=("2027-05-30T20:00", "2027-05-31T00:00", "2027-06-01T00:00"),
+        crosses=("day", "week", "month"),
     ),
     # clocks skip 02:00-03:00 on 03-14 (no 02:00/02:30 periods, no hour 02, a 23-hour day), a
     # week begins on 03-15; cup's gap spans the change
@@ -120,6 +122,7 @@ SCENARIOS = {
         gaps=("2027-03-14T01:45", "2027-03-14T03:15", "2027-03-13T03:00"),
         ends_at="2027-03-14T20:30",
         probes=("2027-03-14T01:30", "2027-03-14T03:00", "2027-03-14T03:30", "2027-03-15T00:00"),
+        crosses=("day", "week"),
     ),
     # clocks repeat 01:00-02:00 on 11-07 (the 01:00 and 01:30 periods and hour 01 each span both
     # occurrences, a 25-hour day); cup's gap lies inside the repeated hour
@@ -141,6 +144,7 @@ SCENARIOS = {
             "2027-11-07T02:00-05:00",
             "2027-11-08T00:00",
         ),
+        crosses=("day", "week"),
     ),
 }
 

@@ -2,7 +2,8 @@
 test moves the clock (tests/integration/test_period_results.py): `python -m tests.sim_worker`,
 configured like `rankstream worker` by RANKSTREAM_* variables (tests/helpers.py worker_env), plus
 
-    RANKSTREAM_TEST_CLOCK_FILE     the clock: a file the test writes (ClockFile), read at every call
+    RANKSTREAM_TEST_CLOCK_FILE     the clock: a file the test writes (common/clock.py ClockFile),
+                                   read at every call, as `rankstream worker` and `api` do
     RANKSTREAM_TEST_PASS_S         how often the rolling preparer and the results emitter pass
                                    (default: the product's, 1 s)
     RANKSTREAM_TEST_DWELL_FILE     while this file exists the results emitter lingers (DWELL_S)
@@ -20,15 +21,14 @@ from __future__ import annotations
 
 import faulthandler
 import logging
-import mmap
 import os
 import signal
-import struct
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from common.clock import TEST_CLOCK_ENV, service_clock
 from common.health import serve_probes
 from common.logs import setup_logging
 from common.settings import load_settings
@@ -38,40 +38,9 @@ from worker.outputs import ProducerFenced
 from worker.results import ResultEmitter, ResultsThread
 from worker.rolling import PreparerThread
 
-CLOCK_ENV = "RANKSTREAM_TEST_CLOCK_FILE"
 PASS_ENV = "RANKSTREAM_TEST_PASS_S"  # noqa: S105 - a pass, not a password
 DWELL_ENV = "RANKSTREAM_TEST_DWELL_FILE"
 DWELL_S = 0.3
-# the time (ms) and its complement: a read that races a write sees them disagree and reads again
-_LAYOUT = struct.Struct("<qq")
-
-
-class ClockFile:
-    """The service clock shared by the test (writable) and its worker processes (read-only)."""
-
-    def __init__(self, path: Path, *, writable: bool = False) -> None:
-        self.path = path
-        with path.open("r+b" if writable else "rb") as file:
-            access = mmap.ACCESS_WRITE if writable else mmap.ACCESS_READ
-            self._map = mmap.mmap(file.fileno(), _LAYOUT.size, access=access)
-
-    @classmethod
-    def create(cls, path: Path, now: int) -> ClockFile:
-        path.write_bytes(_LAYOUT.pack(now, ~now))
-        return cls(path, writable=True)
-
-    def __call__(self) -> int:
-        while True:
-            value, check = _LAYOUT.unpack(self._map[: _LAYOUT.size])
-            if check == ~value:
-                return int(value)
-            os.sched_yield()  # torn: the writer is mid-write
-
-    def set(self, now: int) -> None:
-        self._map[: _LAYOUT.size] = _LAYOUT.pack(now, ~now)
-
-    def close(self) -> None:
-        self._map.close()
 
 
 def dwell(flag: Path) -> None:
@@ -97,7 +66,8 @@ def dwell(flag: Path) -> None:
 def main() -> int:
     settings = load_settings()
     setup_logging(settings.log_level)
-    clock = ClockFile(Path(os.environ[CLOCK_ENV]))
+    assert TEST_CLOCK_ENV in os.environ, f"{TEST_CLOCK_ENV} names the clock"
+    clock = service_clock()
     metrics = WorkerMetrics()
     loop, client = build_loop(settings, metrics, clock)
     if DWELL_ENV in os.environ:

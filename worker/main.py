@@ -18,7 +18,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType  # t
 
 from common.boards import BoardsConfig, load_boards
 from common.clients import kafka_consumer, kafka_producer, redis_client
-from common.clock import Clock, system_ms
+from common.clock import Clock, service_clock, system_ms
 from common.deadline import Deadline, exit_at
 from common.errors import InfrastructureError
 from common.health import serve_probes
@@ -275,7 +275,7 @@ def stop_on_signals(loop: WorkerLoop, shutdown_deadline_s: float) -> None:
 
 def run_worker(settings: Settings) -> int:
     metrics = WorkerMetrics()
-    loop, client = build_loop(settings, metrics)
+    loop, client = build_loop(settings, metrics, service_clock())
     guard = loop.guard
 
     def live() -> tuple[bool, dict[str, object]]:

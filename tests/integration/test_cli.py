@@ -8,12 +8,21 @@ import subprocess
 import sys
 import time
 import urllib.request
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import cast
 
 import orjson
 import pytest
 
+from common.clock import TEST_CLOCK_ENV, ClockFile
+from common.store.keys import BoardKeys
+from common.store.topology import connect
 from rankstream.stack import free_port
+from tests.conftest import own_topics
+from tests.helpers import http_status, produce, wait_for, worker_env
+from tests.integration.test_api_contract import api_env
+from tests.oracle import DAY_MS, Message
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -118,3 +127,54 @@ def test_worker_without_a_reachable_kafka_exits_1_with_one_error_line(settings):
     assert "Traceback" not in out, out
     errors = [orjson.loads(line) for line in out.splitlines() if '"level":"error"' in line.replace(" ", "")]
     assert len(errors) == 1 and bootstrap in errors[0]["msg"] and "did not answer" in errors[0]["msg"], out
+
+
+def test_the_worker_and_the_api_run_on_the_test_clock_file(make_settings, tmp_path):
+    """`rankstream worker` and `rankstream api` read RANKSTREAM_TEST_CLOCK_FILE at every call
+    (common/clock.py). The file says noon five days ago: an event an hour before it counts in its
+    day (by the real clock that day closed long ago: total only), one two days before it is late
+    (total only); the API's current day is the file's, and moves when the test moves it."""
+    boards = tmp_path / "boards.yaml"
+    boards.write_text("timezone: UTC\ntypes:\n  gift: {windows: [total, day], late_grace: 10m}\n")
+    settings = make_settings(boards=boards)
+    now = int(time.time() * 1000) // DAY_MS * DAY_MS - 5 * DAY_MS + 12 * 3_600_000  # days kept: 31
+    clock = ClockFile.create(tmp_path / "clock", now)
+    client = connect(settings.redis_url.get_secret_value(), settings.redis_cluster)
+    port = free_port()
+    procs: list[subprocess.Popen[bytes]] = []
+    with own_topics(settings):
+        try:
+            for argv, env in (("worker", worker_env(settings)), ("api", api_env(settings, port))):
+                env[TEST_CLOCK_ENV] = str(clock.path)
+                procs.append(
+                    subprocess.Popen([sys.executable, "-m", "rankstream.cli", argv], env=env, cwd=ROOT)
+                )
+            events = [
+                {"id": "on-time", "board": "gift:x", "member": "m1", "score": 5, "ts": now - 3_600_000},
+                {"id": "late", "board": "gift:x", "member": "m2", "score": 7, "ts": now - 2 * DAY_MS},
+            ]
+            produce(settings, [Message(b"gift:x", orjson.dumps(e), [(e, None)], []) for e in events])
+            seq = BoardKeys(settings.key_prefix, "gift:x").seq
+            wait_for(lambda: int(client.get(seq) or 0) == 2, 60, "both events applied")
+            base = f"http://127.0.0.1:{port}/v1/boards/gift:x/top"
+            wait_for(lambda: http_status(f"http://127.0.0.1:{port}/readyz") == 200, 60, "the API ready")
+            assert _top(f"{base}?window=day") == (_day(now), ["m1"])
+            assert _top(f"{base}?window=total") == ("all", ["m2", "m1"])
+            clock.set(now + DAY_MS)
+            assert _top(f"{base}?window=day") == (_day(now + DAY_MS), [])
+        finally:
+            for proc in procs:
+                proc.send_signal(signal.SIGTERM)
+            for proc in procs:
+                assert proc.wait(30) == 0
+            client.close()
+
+
+def _top(url: str) -> tuple[object, list[object]]:
+    """An answer's period and its members in rank order."""
+    body = _get(url)
+    return body.get("period"), [item["member"] for item in cast(list[dict[str, object]], body["items"])]
+
+
+def _day(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d")

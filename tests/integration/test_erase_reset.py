@@ -32,6 +32,7 @@ from common.events import Op
 from common.settings import Settings
 from common.store.keys import BoardKeys
 from rankstream import admin
+from tests.boundaries import assert_crosses
 from tests.helpers import (
     BOTH_TOPOLOGIES,
     committed_total,
@@ -49,7 +50,17 @@ from tests.integration.test_hot_boards import (
     hot_settings,
     wait_memory_caught_up,
 )
-from tests.oracle import Message, Model, _event, compare_redis, now_ms, period_end_ms, period_id
+from tests.oracle import (
+    TZ,
+    Message,
+    Model,
+    _event,
+    assert_crosses_midnight,
+    compare_redis,
+    now_ms,
+    period_end_ms,
+    period_id,
+)
 from tests.redis_layout import index_keys
 from worker.outputs import TransactionalOutputs
 
@@ -177,6 +188,7 @@ def test_erase_and_reset_under_load_equal_an_independent_replay(
         if rng.random() < 0.2:
             event["member"] = "m1"  # the member erased below keeps scoring all along
         events.append(Message(event["board"].encode(), orjson.dumps(event), [(event, None)], []))
+    assert_crosses_midnight("the load", events, start)
     today = period_id("day", start - 60_000)
 
     def paced() -> None:
@@ -246,6 +258,7 @@ def test_resets_of_a_period_a_window_and_a_board_and_erase_through_the_command_l
     # late in the day before today's, wherever the clock is: that day is kept (late_grace 1d) all
     # today, where `start - 26 h` fell two days back between 00:00 and 02:00 in the boards' zone
     yesterday = period_end_ms("day", today) - 26 * HOUR_MS
+    assert_crosses("today's and yesterday's events", TZ, [yesterday, today], ("day",))
 
     def events(tag_: str, members: range, ts: int, score: int = 1, meta: bool = False) -> list[Message]:
         out = []
@@ -351,12 +364,15 @@ def test_redelivered_erase_and_reset_change_nothing_more(
     start = now_ms()
     rng = random.Random(43)
 
+    sent: list[Message] = []
+
     def batch(first: int, count: int, members: int) -> list[Message]:
         out = []
         for n in range(first, first + count):
             event = _event(rng, rng.choice(["gift:r0", "ranged:g0"]), start, n)
             event["member"] = f"m{n % members}"
             out.append(Message(event["board"].encode(), orjson.dumps(event), [(event, None)], []))
+        sent.extend(out)
         return out
 
     with ready_node(settings) as live:
@@ -408,3 +424,4 @@ def test_redelivered_erase_and_reset_change_nothing_more(
     marks = list(rclient.scan_iter(BoardKeys(settings.key_prefix, "gift:r0").reset_mark("day:*")))
     assert len(marks) > 30  # every day kept
     assert all(cast(int, rclient.pexpiretime(mark)) > 0 for mark in marks)  # gone with their period
+    assert_crosses_midnight("the batches", sent, start)

@@ -47,14 +47,16 @@ import redis
 from confluent_kafka import Producer
 from prometheus_client.parser import text_string_to_metric_families
 
+from common.clock import TEST_CLOCK_ENV, ClockFile
 from common.settings import Settings
+from tests.boundaries import assert_crosses
 from tests.conftest import ROOT
 from tests.helpers import BOTH_TOPOLOGIES, mget, read_results, worker_env
 from tests.integration.test_periods_oracle import accept_future_timestamps, wait_until
 from tests.results_model import Expect, check_records, check_totals
 from tests.results_stream import GIFT, ZONE, Stream, config, first_instant
 from tests.rolling_model import HOUR, MINUTE
-from tests.sim_worker import CLOCK_ENV, DWELL_ENV, PASS_ENV, ClockFile
+from tests.sim_worker import DWELL_ENV, PASS_ENV
 
 pytestmark = [pytest.mark.integration, BOTH_TOPOLOGIES]
 
@@ -111,7 +113,7 @@ class Cluster:
         env.update({
             "RANKSTREAM_WORKER_BATCH_TIMEOUT_MS": "5",
             "RANKSTREAM_LOG_LEVEL": "INFO",
-            CLOCK_ENV: str(self.clock.path),
+            TEST_CLOCK_ENV: str(self.clock.path),
             PASS_ENV: PASS_S,
             DWELL_ENV: str(self.dwell),
         })  # fmt: skip
@@ -373,7 +375,7 @@ def test_period_results(results_settings, rclient, tmp_path):
     try:
         for worker in WORKER_IDS:
             cluster.start(worker)
-        previous = start
+        previous, times = start, []
         for hour, now, kind in stream.steps():
             striking = kind == "first" and hour in ACTIONS
             if striking:  # the emitter lingers where a strike lands (tests/sim_worker.py)
@@ -388,10 +390,12 @@ def test_period_results(results_settings, rclient, tmp_path):
                 producer.produce(settings.topic_updates, value, key=message.key, timestamp=message.kafka_ts)
                 for event in message.events:
                     expect.apply(event, now, value)
+                    times.append(int(event.get("ts", message.kafka_ts)))
             assert producer.flush(30) == 0
             cluster.wait_applied()
             previous = now
         streamed = time.monotonic() - started
+        assert_crosses("the period-results stream", ZoneInfo(ZONE), times, ("day",))
         # the emitter kept up: nothing due an hour ago is still waiting
         due_key = f"{settings.key_prefix}{{results}}:due"
         backlog = cast(list[bytes], rclient.zrangebyscore(due_key, "-inf", clock() - HOUR))

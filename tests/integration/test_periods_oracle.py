@@ -34,6 +34,7 @@ from api.app import create_app
 from common.boards import load_boards
 from common.settings import Settings
 from common.store.keys import index_expiry
+from tests.boundaries import assert_crosses
 from tests.helpers import (
     BOTH_TOPOLOGIES,
     header_map,
@@ -310,6 +311,8 @@ def test_periods_oracle(name, make_settings, tmp_path, *, topics, rclient, consu
     clock = SimClock(stream.start)
     producer = Producer({"bootstrap.servers": settings.kafka_bootstrap, "linger.ms": 0})
     steps = list(stream.steps())
+    times = [int(e.get("ts", m.kafka_ts)) for step in steps for m in step.messages for e in m.events]
+    assert_crosses(f"the {name} stream", stream.tz, times, scenario.crosses)
     with running_worker(settings, clock), ApiNode(settings, clock) as node:
         wait_until(lambda: (node.request("GET", "/readyz", {})[0] == 200, ""), "the API node ready")
         checker = Checker(node, model, stream.start)

@@ -36,6 +36,7 @@ from confluent_kafka import Producer
 import worker.main
 from common.settings import Settings
 from common.store.keys import index_expiry
+from tests.boundaries import KINDS, assert_crosses
 from tests.helpers import BOTH_TOPOLOGIES, markers_reached, mget, read_all, running_worker
 from tests.integration.test_periods_oracle import (
     ApiNode,
@@ -319,6 +320,8 @@ def test_rolling_oracle(make_settings, tmp_path, monkeypatch, *, topics, rclient
     stream = Stream(seed=12)
     model = stream.calendar
     steps = list(stream.steps())
+    times = [int(e.get("ts", m.kafka_ts)) for step in steps for m in step.messages for e in m.events]
+    assert_crosses("the rolling stream", stream.tz, times, KINDS)
     clock = SimClock(stream.start)
     producer = Producer({"bootstrap.servers": settings.kafka_bootstrap, "linger.ms": 0})
     with running_worker(settings, clock), ApiNode(settings, clock) as node:

@@ -11,8 +11,8 @@ import math
 import re
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -28,7 +28,8 @@ from common.settings import Settings
 from common.store.keys import BoardKeys
 from common.store.reads import LOCATE, TOP
 from common.store.topology import Store, masters
-from tests.helpers import BOTH_TOPOLOGIES, kill_connections, named_connections
+from tests.boundaries import assert_crosses, session_boundary
+from tests.helpers import BOTH_TOPOLOGIES, every_server, kill_connections
 from worker.apply import Applier
 
 pytestmark = [pytest.mark.integration, BOTH_TOPOLOGIES]
@@ -41,7 +42,8 @@ SUBSCRIPTIONS = "rankstream_api_warm_subscriptions_total"
 @pytest.fixture
 def warm_settings(make_settings: Callable[..., Settings], tmp_path: Path) -> Settings:
     boards = tmp_path / "boards.yaml"
-    boards.write_text("timezone: UTC\ntypes:\n  gift: {windows: [total, day]}\n")
+    zone = session_boundary().zone  # its day ends in the clock test below
+    boards.write_text(f"timezone: {zone}\ntypes:\n  gift: {{windows: [total, day]}}\n")
     return make_settings(boards=boards, warm_check_s=CHECK_S)
 
 
@@ -104,16 +106,42 @@ def metric(text: str, name: str) -> float:
     return float(found[1])
 
 
+@contextmanager
+def notices_heard(client: Store, channel: str) -> Iterator[Callable[[int], None]]:
+    """Listens on `channel` on every server (a node's change feed may subscribe to any); the
+    function it gives waits until each one has delivered the notice of a change up to `seq` (a
+    cluster's bus forwards a PUBLISH to the other nodes in order, at times ~40 ms late: after
+    that, no earlier notice can reach a subscriber)."""
+    listeners = [node.pubsub(ignore_subscribe_messages=True) for node in every_server(client)]  # type: ignore[no-untyped-call]
+    try:
+        for listener in listeners:
+            listener.subscribe(channel)
+
+        def wait(seq: int) -> None:
+            deadline = time.monotonic() + 10
+            for listener in listeners:
+                while True:
+                    assert time.monotonic() < deadline, f"the notice of seq {seq} was never delivered"
+                    message = listener.get_message(timeout=0.1)
+                    if message is not None and int(bytes(message["data"]).split()[1]) >= seq:
+                        break
+
+        yield wait
+    finally:
+        for listener in listeners:
+            listener.close()
+
+
 def test_answers_are_kept_until_the_board_changes(notices_only, rclient):
     warm_settings = notices_only
     writer = Writer(warm_settings, rclient)
-    for _ in range(20):
-        writer.write()
+    with notices_heard(rclient, BoardKeys(warm_settings.key_prefix, BOARD).changes) as heard:
+        for _ in range(20):
+            writer.write()
+        # the writes' notices pass before the node subscribes, or one drops the burst's answer
+        heard(writer.n)
     rclient.script_load(TOP.source)  # a fresh Redis refuses the first EVALSHA (NOSCRIPT): two calls
     rclient.script_load(LOCATE.source)
-    # a cluster's bus forwards a PUBLISH to the node's subscription, at times ~40 ms late: the
-    # writes' notices pass before the node subscribes, or one drops the burst's answer
-    time.sleep(0.3)
     url = f"/v1/boards/{BOARD}/top?limit=5"
 
     async def go() -> dict[str, Any]:
@@ -156,8 +184,9 @@ def test_an_answer_chosen_by_the_clock_ends_with_its_period(warm_settings, rclie
     writer = Writer(warm_settings, rclient)
     writer.write()
     now = [int(time.time() * 1000)]
-    day_ms = 86_400_000
-    end_of_day = (now[0] // day_ms + 1) * day_ms
+    boundary = session_boundary()
+    end_of_day = boundary.at_ms + 86_400_000  # the local day that began at the session's boundary
+    assert_crosses("the node's clock", boundary.tz, [now[0], end_of_day], ("day",))
 
     async def go() -> tuple[str, str, str]:
         async with node(warm_settings, clock=lambda: now[0]) as http:
@@ -206,15 +235,16 @@ def test_no_answer_is_older_than_a_write_plus_the_bound(warm_settings, rclient):
     url = f"/v1/boards/{BOARD}/top?limit=10"
     served: list[tuple[float, int, str]] = []  # (monotonic time asked, seq, rank-1 member)
     unavailable = 0
-    stop, started = threading.Event(), threading.Event()
+    stop, started, feed_killed = threading.Event(), threading.Event(), threading.Event()
 
     def kill(name: str) -> int:
-        """Kill the node's connection of that name (waiting for it: a node may be restarting)."""
+        """Kill the node's connections of that name, once there are some (a node restarting has
+        none for a moment: one found just before it closed is gone when the kill comes)."""
         deadline = time.monotonic() + 10
-        while not named_connections(rclient, name):
+        while not (killed := kill_connections(rclient, name)):
             assert time.monotonic() < deadline, f"no connection named {name}"
             time.sleep(0.01)
-        return kill_connections(rclient, name)
+        return killed
 
     def write_all() -> dict[str, int]:
         events = {"feed_killed": 0, "reads_killed": 0}
@@ -222,6 +252,7 @@ def test_no_answer_is_older_than_a_write_plus_the_bound(warm_settings, rclient):
         for i in range(240):
             if i == 60:
                 events["feed_killed"] = kill(CHANGES_NAME)
+                feed_killed.set()
             if i == 120:
                 events["reads_killed"] = kill(READS_NAME)
             if i == 239:  # the last: no later notice drops the board
@@ -250,8 +281,12 @@ def test_no_answer_is_older_than_a_write_plus_the_bound(warm_settings, rclient):
         writing = asyncio.ensure_future(asyncio.to_thread(write_all))
         subscriptions, missed = [], []
         half = [math.inf]
-        for until in (lambda: stop.is_set() or time.monotonic() > half[0], stop.is_set):
-            async with node(warm_settings) as http:  # the node restarts once, halfway
+
+        def first() -> bool:  # the node restarts once: halfway, and after its feed was killed
+            return stop.is_set() or (feed_killed.is_set() and time.monotonic() > half[0])
+
+        for until in (first, stop.is_set):
+            async with node(warm_settings) as http:
                 if not started.is_set():
                     half[0] = time.monotonic() + 2.5
                     started.set()
