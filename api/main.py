@@ -127,7 +127,7 @@ async def _serve(app: web.Application, settings: Settings) -> None:
 def run_api(settings: Settings) -> int:
     logging.getLogger("aiohttp.server").addFilter(_NoTraceForBadRequests())
     boards = load_boards(settings.boards)
-    app = create_app(settings, boards, service_clock())
+    app = create_app(settings, boards, service_clock(settings))
     state = app[APP_STATE]
     _log.info("api starting", extra={"port": settings.api_port})
     uvloop.run(_serve(app, settings))  # about a third less CPU per request (README "Read path")

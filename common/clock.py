@@ -2,11 +2,13 @@
 ended) and the API (`at=` defaults, `period_expired`, hot periods dropped) ask it rather than the
 system clock, so tests run days of periods without sleeping by passing their own.
 
-`rankstream worker` and `rankstream api` run on `service_clock()`: the system clock, or, for
-tests only, the shared clock file RANKSTREAM_TEST_CLOCK_FILE names (`ClockFile`): a test writes
-the time it wants and every process it started reads it at every call (the worker's preparer
-and results emitter included), so many processes share one simulated clock. Never set it in a
-deployment: the process logs a warning at start when it is in effect."""
+`rankstream worker`, `rankstream api` and `rankstream periods` run on `service_clock()`: the
+system clock, or, for tests only, the shared clock file RANKSTREAM_TEST_CLOCK_FILE names
+(`ClockFile`): a test writes the time it wants and every process it started reads it at every
+call (the worker's preparer and results emitter included), so many processes share one simulated
+clock for everything the service clock decides (periods, closed windows, activity ends; a
+previous release's adoption window stays on real time). Never set it in a deployment: the
+process logs a warning at start when it is in effect."""
 
 from __future__ import annotations
 
@@ -17,9 +19,15 @@ import struct
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+from common.errors import ConfigError
+
+if TYPE_CHECKING:
+    from common.settings import Settings
 
 Clock = Callable[[], int]
-TEST_CLOCK_ENV = "RANKSTREAM_TEST_CLOCK_FILE"
+TEST_CLOCK_ENV = "RANKSTREAM_TEST_CLOCK_FILE"  # Settings.test_clock_file
 # the time (ms) and its complement: a read that races a write sees them disagree and reads again
 _LAYOUT = struct.Struct("<qq")
 _log = logging.getLogger(__name__)
@@ -57,11 +65,13 @@ class ClockFile:
         self._map.close()
 
 
-def service_clock() -> Clock:
-    """The system clock, or the test clock file RANKSTREAM_TEST_CLOCK_FILE names."""
-    path = os.environ.get(TEST_CLOCK_ENV)
-    if not path:
+def service_clock(settings: Settings) -> Clock:
+    """The system clock, or the test clock file the settings name."""
+    if settings.test_clock_file is None:
         return system_ms
-    clock = ClockFile(Path(path))
-    _log.warning("a test clock is in effect", extra={"file": path, "now_ms": clock()})
+    try:
+        clock = ClockFile(settings.test_clock_file)
+    except (OSError, ValueError) as exc:  # missing, unreadable, or shorter than a clock
+        raise ConfigError(f"{TEST_CLOCK_ENV}: not a clock file: {exc}") from None
+    _log.warning("a test clock is in effect", extra={"file": str(clock.path), "now_ms": clock()})
     return clock

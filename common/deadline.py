@@ -8,6 +8,7 @@ import faulthandler
 import logging
 import math
 import os
+import signal
 import sys
 import threading
 import time
@@ -57,26 +58,31 @@ class Deadline:
         return self.remaining() <= 0.0
 
 
-def exit_at(deadline: Deadline, grace_s: float = 0.0) -> None:
+def exit_at(deadline: Deadline, grace_s: float = 0.0, status: Callable[[], int] = lambda: 0) -> None:
     """The last resort of a process that stops, in a daemon thread of its own: `grace_s` after
-    the (started) deadline passes, the process exits with status 0 whatever is still running,
-    after one log line with every thread's stack (the orderly shutdown ends before; this is for
-    a call blocked past its own timeout, e.g. a librdkafka destructor, or a bug).
+    the (started) deadline passes, the process exits with `status()` (0: a stop asked for)
+    whatever is still running, after one log line with every thread's stack (the orderly
+    shutdown ends before; this is for a call blocked past its own timeout, e.g. a librdkafka
+    destructor, or a bug).
 
     A Python thread can't end a process that is already finalizing (the interpreter stops its
-    daemon threads at their next step: a destructor blocked in the final collection, say) or whose
-    log writes block (a full stderr pipe), so the deadline's start also arms faulthandler's own
-    C watchdog BACKSTOP_S later: it writes every thread's stack to stderr and exits with status 1."""
+    daemon threads at their next step: a destructor blocked in the final collection, say), so the
+    deadline's start also arms faulthandler's own C watchdog BACKSTOP_S later: it writes every
+    thread's stack to stderr and exits with status 1. Where that write blocks too (a full stderr
+    pipe), the kernel's SIGALRM, BACKSTOP_S after it (no handler: its default action), ends the
+    process without writing anything."""
 
     def run() -> None:
         deadline.started.wait()
         time.sleep(deadline.remaining() + grace_s)
         _log.error("shutdown deadline reached: exiting now", extra={"stacks": thread_stacks()})
         flush_logs()
-        os._exit(0)
+        os._exit(status())
 
     def backstop() -> None:
-        faulthandler.dump_traceback_later(deadline.remaining() + grace_s + BACKSTOP_S, exit=True)
+        watchdog = deadline.remaining() + grace_s + BACKSTOP_S
+        faulthandler.dump_traceback_later(watchdog, exit=True)
+        signal.setitimer(signal.ITIMER_REAL, watchdog + BACKSTOP_S)
 
     threading.Thread(target=run, name="shutdown-deadline", daemon=True).start()
     deadline.when_started(backstop)

@@ -77,6 +77,9 @@ class Settings(BaseModel):
     # nothing.
     top_cache_ttl_s: float = Field(default=1.0, ge=0)
     log_level: str = "INFO"
+    # Tests only: the service clock is this file's (common/clock.py ClockFile), read at every call,
+    # not the system's. Never set in a deployment.
+    test_clock_file: Path | None = None
     # librdkafka pass-through: RANKSTREAM_KAFKA_SASL_MECHANISMS=PLAIN -> sasl.mechanisms=PLAIN
     kafka: Mapping[str, str | SecretStr] = Field(default_factory=dict)
 

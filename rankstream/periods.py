@@ -10,7 +10,6 @@ by the workers, once it is due."""
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -18,6 +17,7 @@ from confluent_kafka import KafkaError, Message
 
 from common.boards import BoardsConfig, BoardType, Window, load_boards
 from common.clients import kafka_producer, redis_client
+from common.clock import service_clock
 from common.errors import ConfigError, InfrastructureError, RankstreamError
 from common.periods import Period, parse_period, recent_periods
 from common.results import MAX_RESULT_BYTES, read_result, result_key
@@ -63,7 +63,7 @@ def closed_periods(
     event counted in it), and its result's state."""
     boards = load_boards(settings.boards)
     board_type = board_type_of(boards, board)
-    now = time.time_ns() // 1_000_000 if now_ms is None else now_ms
+    now = service_clock(settings)() if now_ms is None else now_ms  # a test's clock file too
     keys = BoardKeys(settings.key_prefix, board)
     out: list[Closed] = []
     for win in _declared(board_type, window):

@@ -63,7 +63,6 @@ def session_boundary() -> SessionBoundary:
     else:
         now = int(time.time() * 1000)
         at = (now - 45 * 60_000) // HOUR_MS * HOUR_MS
-        os.environ[ENV] = str(at)  # the processes the tests start see the same choice
     return SessionBoundary(at, zone_with_midnight_at(at))
 
 

@@ -264,6 +264,21 @@ def http_status(url: str) -> int:
         return 0
 
 
+def api_env(settings: Settings, port: int) -> dict[str, str]:
+    """The environment of a `rankstream api` process reading this test's Redis keys and topics."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RANKSTREAM_")}
+    env.update(
+        RANKSTREAM_KAFKA_BOOTSTRAP=settings.kafka_bootstrap,
+        RANKSTREAM_REDIS_URL=settings.redis_url.get_secret_value(),
+        RANKSTREAM_BOARDS=str(settings.boards),
+        RANKSTREAM_KEY_PREFIX=settings.key_prefix,
+        RANKSTREAM_TOPIC_CACHE=settings.topic_cache,
+        RANKSTREAM_API_PORT=str(port),
+        RANKSTREAM_API_HOST="127.0.0.1",
+    )
+    return env
+
+
 def worker_env(settings: Settings, http_port: int = 0, worker_id: str = "") -> dict[str, str]:
     """The environment of a `rankstream worker` subprocess for `settings` (none of the test
     process' own RANKSTREAM_ variables leak in)."""

@@ -66,8 +66,8 @@ def dwell(flag: Path) -> None:
 def main() -> int:
     settings = load_settings()
     setup_logging(settings.log_level)
-    assert TEST_CLOCK_ENV in os.environ, f"{TEST_CLOCK_ENV} names the clock"
-    clock = service_clock()
+    assert settings.test_clock_file is not None, f"{TEST_CLOCK_ENV} names the clock"
+    clock = service_clock(settings)
     metrics = WorkerMetrics()
     loop, client = build_loop(settings, metrics, clock)
     if DWELL_ENV in os.environ:

@@ -264,18 +264,22 @@ def stop_on_signals(loop: WorkerLoop, shutdown_deadline_s: float) -> None:
     when the deadline has passed (a librdkafka destructor, say) is cut short: the process exits
     then, logging each thread's stack (common/deadline.py exit_at)."""
 
+    asked: list[int] = []
+
     def _stop(signum: int, frame: FrameType | None) -> None:
-        loop.request_stop()  # first: a log write that fails or blocks must not lose the stop
+        asked.append(signum)
+        loop.request_stop()  # before the log: a log write that fails or blocks must not lose it
         _log.info("stopping: finishing the batch, committing", extra={"signal": signum})
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
-    exit_at(loop.deadline, exit_reserve(shutdown_deadline_s))
+    # a loop that ended by itself (fenced, a bug) and is cut short exits 1, as it would have
+    exit_at(loop.deadline, exit_reserve(shutdown_deadline_s), status=lambda: 0 if asked else 1)
 
 
 def run_worker(settings: Settings) -> int:
     metrics = WorkerMetrics()
-    loop, client = build_loop(settings, metrics, service_clock())
+    loop, client = build_loop(settings, metrics, service_clock(settings))
     guard = loop.guard
 
     def live() -> tuple[bool, dict[str, object]]:

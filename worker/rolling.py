@@ -16,14 +16,14 @@ How: per board and window, the marker `<board>:rp:<period>` is claimed ("busy:<o
 lease), the source period's members (through its tie index, statepage.lua: a member max_members
 moves between its zsets meanwhile is not missed) and the entering bucket's (HSCAN) are walked,
 and each page of members goes through apply.lua as op `derive` (the same formula as the events',
-so a member an event writes meanwhile stays exact; a walk the boundary overtakes rebuilds the
-period from its buckets instead: _walk), the board is registered for the bucket after, then the
-marker says "done". Every call is one page: a page of 25 members keeps each under a millisecond
-on a board of any size. On hot boards each page's states go to update_cache (acknowledged) before
-the marker is set, so memory holds the next period whole at the boundary too. A set is walked
-while its bucket is current and the one before it (a worker that was down through a bucket's last
-quarter catches up: until it has, that board's period lacks the members nobody touched; each
-derive writes the exact state, so the catch-up heals it)."""
+so a member an event writes meanwhile stays exact; a walk the boundary overtakes sends the rest
+of its members as rebuilds from the buckets: _walk), the board is registered for the bucket
+after, then the marker says "done". Every call is one page: a page of 25 members keeps each
+under a millisecond on a board of any size. On hot boards each page's states go to update_cache
+(acknowledged) before the marker is set, so memory holds the next period whole at the boundary
+too. A set is walked while its bucket is current and the one before it (a worker that was down
+through a bucket's last quarter catches up: until it has, that board's period lacks the members
+nobody touched; each derive writes the exact state, so the catch-up heals it)."""
 
 from __future__ import annotations
 
@@ -65,6 +65,9 @@ PAGE = 25  # members per derive call: under 1 ms of Redis each (~30 us a member 
 # spare the write to it (apply.lua: the walk, which comes after, derives every member anyway)
 PREPARE_FROM = 0.75
 LEASE_MS = 120_000  # a claim a crashed worker left is taken over after this
+# a walk stops deriving at its source period's end, or this long before the source's late grace
+# ends if the grace is shorter: what the workers' clocks may differ by, and a call take (_walk)
+CLOCK_MARGIN_MS = 1_000
 RENEW_S = 5.0  # a claim held is renewed this often
 DONE = b"done"
 
@@ -78,6 +81,7 @@ class PrepareStats:
     periods: int = 0  # periods prepared whole
     members: int = 0  # members derived
     calls: int = 0  # Redis calls that derived them
+    overtaken: int = 0  # walks that reached their period's start unfinished (the rest rebuilt)
 
 
 class RollingPreparer:
@@ -270,20 +274,29 @@ class RollingPreparer:
         max_members moves between its rank and overflow zsets meanwhile is still visited), then
         those of bucket q+1. The formula holds while q counts every event of the buckets it
         shares with q+1, so only until q's late grace ends: an event later than that counts in
-        its bucket and in q+1, not in q. A walk that finds the clock at q's end (a grace ahead:
-        the workers' clocks may differ by less) rebuilds q+1 whole from its buckets instead; what
-        it derived before stays exact (events since wrote q+1 as they would)."""
+        its bucket and in q+1, not in q. A walk the boundary overtakes (a big board, a slow
+        worker) sends the rest of its pages as rebuilds, each member summed from q+1's buckets;
+        what it derived before stays exact (events since wrote q+1 as they would). It switches at
+        q's end, a grace before any event can miss q (CLOCK_MARGIN_MS before, if the grace is
+        shorter): the workers' clocks must agree within that."""
         derived, deps = self._slots.derived(board_type, window, source)
         call = [derived, *deps]
-        ends = source.end_ms
+        switch_at = source.end_ms + min(0, board_type.late_grace_ms - CLOCK_MARGIN_MS)
         found = scan.member_pages(
             self._client, keys, window_instance(window.name, source.id), tie_mode(board_type), 4 * self._page
         )
         entering = keys.bucket(bucket_instance(window.name, self._slots.shift(window, source, 1).id))
         fields = scan.hash_field_pages(self._client, entering, 4 * self._page)
-        for page in _pages(itertools.chain.from_iterable(itertools.chain(found, fields)), self._page):
-            if self._clock() >= ends:  # read right before the page's call
-                yield from self._rebuild(keys, board_type, window, source)
+        members = itertools.chain.from_iterable(itertools.chain(found, fields))
+        for page in _pages(members, self._page):
+            if self._clock() >= switch_at:  # read right before the page's call
+                self.stats.overtaken += 1
+                _log.warning(
+                    "rolling walk overtaken by its period's start: rebuilding the rest from its buckets",
+                    extra={"board": keys.board, "instance": derived.name},
+                )
+                rest = itertools.chain(page, members)  # _pages holds nothing beyond the page
+                yield from self._rebuild_pages(board_type, window, source, rest)
                 return
             yield call, "derive", page
 
@@ -291,14 +304,23 @@ class RollingPreparer:
         self, keys: BoardKeys, board_type: BoardType, window: Window, source: Period
     ) -> Iterator[tuple[list[Instance], str, list[str]]]:
         """Pages to rebuild period q+1 from its N buckets: every member of any of them."""
-        derived, _ = self._slots.derived(board_type, window, source)
-        buckets = self._slots.buckets_before(board_type, window, self._slots.shift(window, source, 1))
-        call = [derived._replace(rolling=Rolling(DERIVED, window.name)), *buckets]
         members: set[str] = set()
-        for bucket in buckets:
+        for bucket in self._rebuild_call(board_type, window, source)[1:]:
             for fields in scan.hash_field_pages(self._client, keys.bucket(bucket.name), 500):
                 members.update(fields)
-        for page in _pages(sorted(members), max(1, 200 // window.count)):  # each member reads every bucket
+        yield from self._rebuild_pages(board_type, window, source, sorted(members))
+
+    def _rebuild_call(self, board_type: BoardType, window: Window, source: Period) -> list[Instance]:
+        """Period q+1 and its N buckets, as op `rebuild` reads them."""
+        derived, _ = self._slots.derived(board_type, window, source)
+        buckets = self._slots.buckets_before(board_type, window, self._slots.shift(window, source, 1))
+        return [derived._replace(rolling=Rolling(DERIVED, window.name)), *buckets]
+
+    def _rebuild_pages(
+        self, board_type: BoardType, window: Window, source: Period, members: Iterable[str]
+    ) -> Iterator[tuple[list[Instance], str, list[str]]]:
+        call = self._rebuild_call(board_type, window, source)
+        for page in _pages(members, max(1, 200 // window.count)):  # each member reads every bucket
             yield call, "rebuild", page
 
     def _derive(

@@ -28,7 +28,7 @@ from common.events import Op, UpdateEvent
 from common.settings import Settings
 from rankstream.stack import free_port
 from rankstream.topics import ensure_topics
-from tests.helpers import backfill, http_status, wait_for
+from tests.helpers import api_env, backfill, http_status, wait_for
 from worker.apply import Applier
 
 pytestmark = pytest.mark.integration
@@ -53,21 +53,6 @@ def fill(settings: Settings, client: redis.Redis) -> None:
     applier.apply(events)
     ensure_topics(settings)
     backfill(settings, client)
-
-
-def api_env(settings: Settings, port: int) -> dict[str, str]:
-    """The environment of a `rankstream api` process reading this test's Redis keys and topics."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RANKSTREAM_")}
-    env.update(
-        RANKSTREAM_KAFKA_BOOTSTRAP=settings.kafka_bootstrap,
-        RANKSTREAM_REDIS_URL=settings.redis_url.get_secret_value(),
-        RANKSTREAM_BOARDS=str(settings.boards),
-        RANKSTREAM_KEY_PREFIX=settings.key_prefix,
-        RANKSTREAM_TOPIC_CACHE=settings.topic_cache,
-        RANKSTREAM_API_PORT=str(port),
-        RANKSTREAM_API_HOST="127.0.0.1",
-    )
-    return env
 
 
 @pytest.fixture

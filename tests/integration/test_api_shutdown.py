@@ -20,8 +20,8 @@ import orjson
 import pytest
 
 from rankstream.stack import free_port
-from tests.helpers import http_status, wait_for
-from tests.integration.test_api_contract import api_env, fill
+from tests.helpers import api_env, http_status, wait_for
+from tests.integration.test_api_contract import fill
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]

@@ -20,8 +20,7 @@ from common.store.keys import BoardKeys
 from common.store.topology import connect
 from rankstream.stack import free_port
 from tests.conftest import own_topics
-from tests.helpers import http_status, produce, wait_for, worker_env
-from tests.integration.test_api_contract import api_env
+from tests.helpers import api_env, http_status, produce, wait_for, worker_env
 from tests.oracle import DAY_MS, Message
 
 pytestmark = pytest.mark.integration
@@ -88,6 +87,10 @@ def test_dev_serves_a_live_top10_and_stops_without_leftovers(tmp_path):
         (
             {"RANKSTREAM_BOARDS": str(ROOT / "deploy" / "boards.yaml"), "RANKSTREAM_KAFKA_NO_SUCH_KEY": "1"},
             "No such configuration property",
+        ),
+        (
+            {"RANKSTREAM_BOARDS": str(ROOT / "deploy" / "boards.yaml"), TEST_CLOCK_ENV: "/nonexistent/clock"},
+            "RANKSTREAM_TEST_CLOCK_FILE: not a clock file",
         ),
     ],
 )

@@ -39,29 +39,30 @@ from worker.rolling import RollingPreparer
 pytestmark = [pytest.mark.integration, BOTH_TOPOLOGIES]
 ZONE = "UTC"
 WINDOW = "last_6h"
-CONFIG = f"""
-timezone: {ZONE}
-types:
-  ladder: {{windows: [total, {WINDOW}], order: asc, tie_break: last, late_grace: 10m}}
-"""
-TYPES = {"ladder": BoardType("ladder", ("total", WINDOW), "asc", "last", 10 * MINUTE)}
 BOARD = "ladder:hot"
+
+
+def config(grace_s: int) -> str:
+    ladder = f"{{windows: [total, {WINDOW}], order: asc, tie_break: last, late_grace: {grace_s}s}}"
+    return f"timezone: {ZONE}\ntypes:\n  ladder: {ladder}\n"
 
 
 class Scene:
     """One board fed through the Applier and prepared by a RollingPreparer, both on `now`."""
 
-    def __init__(self, client: redis.Redis, prefix: str) -> None:
+    def __init__(self, client: redis.Redis, prefix: str, grace_s: int = 600, page: int = 25) -> None:
         self.client, self.prefix = client, prefix
         wall = int(time.time() * 1000)
         self.q = wall - wall % HOUR + 3 * HOUR  # bucket q's start: ahead of Redis' own clock
         self.now = self.q + 20 * MINUTE
-        boards = parse_boards(CONFIG)
+        boards = parse_boards(config(grace_s))
         self.applier = Applier(client, boards, prefix, 3600, now_ms=lambda: self.now)
         self.preparer = RollingPreparer(
-            client, boards, prefix, clock=lambda: self.now, epoch=lambda: self.applier.epoch, owner="t"
-        )
-        self.model = Model(boards.timezone, self.q - 30 * 24 * HOUR, self.q + 30 * 24 * HOUR, TYPES)
+            client, boards, prefix, clock=lambda: self.now, epoch=lambda: self.applier.epoch, owner="t",
+            page=page,
+        )  # fmt: skip
+        types = {"ladder": BoardType("ladder", ("total", WINDOW), "asc", "last", grace_s * 1000)}
+        self.model = Model(boards.timezone, self.q - 30 * 24 * HOUR, self.q + 30 * 24 * HOUR, types)
         self.ids = 0
 
     def send(self, member: str, score: float, ts: int) -> None:
@@ -118,6 +119,56 @@ def test_a_walk_still_running_after_the_boundary_counts_late_events(
     # l00: 5 - 3 - 1 (the late -3 is in no other period: q had closed)
     assert scene.model.members(BOARD, WINDOW, scene.period(1))["l00"][0] == 1
     scene.assert_exact(scene.period(0))
+    scene.assert_exact(scene.period(1))
+    assert scene.preparer.stats.overtaken == 1
+
+
+def test_a_walk_overtaken_mid_way_rebuilds_the_members_it_had_not_reached(
+    rclient: redis.Redis, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One member a page: after the first page is derived the clock passes q's grace and late
+    events for bucket q come, for that member and for one the walk has not reached."""
+    scene = Scene(rclient, settings.key_prefix, page=1)
+    q = scene.q
+    for i in range(4):
+        scene.send(f"l{i:02d}", 5, q + (10 + i) * MINUTE)
+    derive = scene.preparer._derive
+    first: list[str] = []
+
+    def derive_then_strike(keys: Any, board_type: Any, call: Any, members: list[str], **kw: Any) -> None:
+        derive(keys, board_type, call, members, **kw)
+        if not first:
+            first.extend(members)
+            later = next(m for m in ("l00", "l01", "l02", "l03") if m not in members)
+            scene.now = q + HOUR + 26 * MINUTE
+            for member in (members[0], later):
+                scene.send(member, -3, q + HOUR - 11 * MINUTE)  # late for q: in bucket q and q+1
+            scene.send(later, -1, q + HOUR + 2 * MINUTE)
+
+    monkeypatch.setattr(scene.preparer, "_derive", derive_then_strike)
+    scene.now = q + HOUR - 1
+    scene.prepare()
+    assert len(first) == 1 and scene.marker(scene.period(1)) == b"done"
+    scores = sorted(score for score, _ in scene.model.members(BOARD, WINDOW, scene.period(1)).values())
+    assert scores == [1, 2, 5, 5]  # the two the late events reached: 5 - 3 (- 1)
+    scene.assert_exact(scene.period(0))
+    scene.assert_exact(scene.period(1))
+    assert scene.preparer.stats.overtaken == 1
+
+
+@pytest.mark.parametrize(("before_end_ms", "overtaken"), [(5_000, 0), (500, 1)])
+def test_a_short_grace_stops_the_derive_a_margin_before_any_event_can_miss_the_period(
+    rclient: redis.Redis, settings: Any, before_end_ms: int, overtaken: int
+) -> None:
+    """late_grace 0: an event is late for q from q's end on, so the walk derives only until
+    CLOCK_MARGIN_MS (1 s) before it; after, it rebuilds."""
+    scene = Scene(rclient, settings.key_prefix, grace_s=0)
+    scene.send("l00", 5, scene.q + 10 * MINUTE)
+    scene.send("l01", 3, scene.q + 50 * MINUTE)
+    scene.now = scene.q + HOUR - before_end_ms
+    scene.prepare()
+    assert scene.marker(scene.period(1)) == b"done"
+    assert scene.preparer.stats.overtaken == overtaken
     scene.assert_exact(scene.period(1))
 
 
