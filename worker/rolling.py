@@ -296,7 +296,7 @@ class RollingPreparer:
                     extra={"board": keys.board, "instance": derived.name},
                 )
                 rest = itertools.chain(page, members)  # _pages holds nothing beyond the page
-                yield from self._rebuild_pages(board_type, window, source, rest)
+                yield from _rebuild_pages(self._rebuild_call(board_type, window, source), window, rest)
                 return
             yield call, "derive", page
 
@@ -304,24 +304,18 @@ class RollingPreparer:
         self, keys: BoardKeys, board_type: BoardType, window: Window, source: Period
     ) -> Iterator[tuple[list[Instance], str, list[str]]]:
         """Pages to rebuild period q+1 from its N buckets: every member of any of them."""
+        call = self._rebuild_call(board_type, window, source)
         members: set[str] = set()
-        for bucket in self._rebuild_call(board_type, window, source)[1:]:
+        for bucket in call[1:]:
             for fields in scan.hash_field_pages(self._client, keys.bucket(bucket.name), 500):
                 members.update(fields)
-        yield from self._rebuild_pages(board_type, window, source, sorted(members))
+        yield from _rebuild_pages(call, window, sorted(members))
 
     def _rebuild_call(self, board_type: BoardType, window: Window, source: Period) -> list[Instance]:
         """Period q+1 and its N buckets, as op `rebuild` reads them."""
         derived, _ = self._slots.derived(board_type, window, source)
         buckets = self._slots.buckets_before(board_type, window, self._slots.shift(window, source, 1))
         return [derived._replace(rolling=Rolling(DERIVED, window.name)), *buckets]
-
-    def _rebuild_pages(
-        self, board_type: BoardType, window: Window, source: Period, members: Iterable[str]
-    ) -> Iterator[tuple[list[Instance], str, list[str]]]:
-        call = self._rebuild_call(board_type, window, source)
-        for page in _pages(members, max(1, 200 // window.count)):  # each member reads every bucket
-            yield call, "rebuild", page
 
     def _derive(
         self,
@@ -363,6 +357,13 @@ class RollingPreparer:
                 (m, got.states[0], got.meta, got.seq) for m, got in zip(members, reply, strict=True)
             ]
             self._publisher.publish_states(keys.board, call[0].name, rows)
+
+
+def _rebuild_pages(
+    call: list[Instance], window: Window, members: Iterable[str]
+) -> Iterator[tuple[list[Instance], str, list[str]]]:
+    for page in _pages(members, max(1, 200 // window.count)):  # each member reads every bucket
+        yield call, "rebuild", page
 
 
 def _pages(items: Iterable[T], size: int) -> Iterator[list[T]]:
