@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +23,11 @@ class Message:
 
     def value(self) -> bytes:
         return json.dumps(self.events if self.array else self.events[0]).encode()
+
+
+def event_times(messages: Iterable[Message]) -> list[int]:
+    """Each event's time: its own `ts`, or its message's Kafka timestamp."""
+    return [int(event.get("ts", message.kafka_ts)) for message in messages for event in message.events]
 
 
 def random_event(

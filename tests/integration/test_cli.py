@@ -17,7 +17,6 @@ import pytest
 
 from common.clock import TEST_CLOCK_ENV, ClockFile
 from common.store.keys import BoardKeys
-from common.store.topology import connect
 from rankstream.stack import free_port
 from tests.conftest import own_topics
 from tests.helpers import api_env, http_status, produce, wait_for, worker_env
@@ -132,7 +131,7 @@ def test_worker_without_a_reachable_kafka_exits_1_with_one_error_line(settings):
     assert len(errors) == 1 and bootstrap in errors[0]["msg"] and "did not answer" in errors[0]["msg"], out
 
 
-def test_the_worker_and_the_api_run_on_the_test_clock_file(make_settings, tmp_path):
+def test_the_worker_and_the_api_run_on_the_test_clock_file(make_settings, rclient, tmp_path):
     """`rankstream worker` and `rankstream api` read RANKSTREAM_TEST_CLOCK_FILE at every call
     (common/clock.py). The file says noon five days ago: an event an hour before it counts in its
     day (by the real clock that day closed long ago: total only), one two days before it is late
@@ -142,7 +141,6 @@ def test_the_worker_and_the_api_run_on_the_test_clock_file(make_settings, tmp_pa
     settings = make_settings(boards=boards)
     now = int(time.time() * 1000) // DAY_MS * DAY_MS - 5 * DAY_MS + 12 * 3_600_000  # days kept: 31
     clock = ClockFile.create(tmp_path / "clock", now)
-    client = connect(settings.redis_url.get_secret_value(), settings.redis_cluster)
     port = free_port()
     procs: list[subprocess.Popen[bytes]] = []
     with own_topics(settings):
@@ -158,7 +156,7 @@ def test_the_worker_and_the_api_run_on_the_test_clock_file(make_settings, tmp_pa
             ]
             produce(settings, [Message(b"gift:x", orjson.dumps(e), [(e, None)], []) for e in events])
             seq = BoardKeys(settings.key_prefix, "gift:x").seq
-            wait_for(lambda: int(client.get(seq) or 0) == 2, 60, "both events applied")
+            wait_for(lambda: int(rclient.get(seq) or 0) == 2, 60, "both events applied")
             base = f"http://127.0.0.1:{port}/v1/boards/gift:x/top"
             wait_for(lambda: http_status(f"http://127.0.0.1:{port}/readyz") == 200, 60, "the API ready")
             assert _top(f"{base}?window=day") == (_day(now), ["m1"])
@@ -170,7 +168,6 @@ def test_the_worker_and_the_api_run_on_the_test_clock_file(make_settings, tmp_pa
                 proc.send_signal(signal.SIGTERM)
             for proc in procs:
                 assert proc.wait(30) == 0
-            client.close()
 
 
 def _top(url: str) -> tuple[object, list[object]]:

@@ -57,6 +57,7 @@ from tests.results_model import Expect, check_records, check_totals
 from tests.results_stream import GIFT, ZONE, Stream, config, first_instant
 from tests.rolling_model import HOUR, MINUTE
 from tests.sim_worker import DWELL_ENV, PASS_ENV
+from tests.stream_events import event_times
 
 pytestmark = [pytest.mark.integration, BOTH_TOPOLOGIES]
 
@@ -375,7 +376,7 @@ def test_period_results(results_settings, rclient, tmp_path):
     try:
         for worker in WORKER_IDS:
             cluster.start(worker)
-        previous, times = start, []
+        previous, sent = start, []
         for hour, now, kind in stream.steps():
             striking = kind == "first" and hour in ACTIONS
             if striking:  # the emitter lingers where a strike lands (tests/sim_worker.py)
@@ -390,12 +391,12 @@ def test_period_results(results_settings, rclient, tmp_path):
                 producer.produce(settings.topic_updates, value, key=message.key, timestamp=message.kafka_ts)
                 for event in message.events:
                     expect.apply(event, now, value)
-                    times.append(int(event.get("ts", message.kafka_ts)))
+                sent.append(message)
             assert producer.flush(30) == 0
             cluster.wait_applied()
             previous = now
         streamed = time.monotonic() - started
-        assert_crosses("the period-results stream", ZoneInfo(ZONE), times, ("day",))
+        assert_crosses("the period-results stream", ZoneInfo(ZONE), event_times(sent), ("day",))
         # the emitter kept up: nothing due an hour ago is still waiting
         due_key = f"{settings.key_prefix}{{results}}:due"
         backlog = cast(list[bytes], rclient.zrangebyscore(due_key, "-inf", clock() - HOUR))

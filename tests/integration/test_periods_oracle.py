@@ -47,6 +47,7 @@ from tests.helpers import (
 from tests.period_model import Model, Span
 from tests.period_stream import AHEAD, DAY, HOT, MEMBERS, PROMO, SCENARIOS, Stream
 from tests.redis_layout import index_keys, read_general, scan_board
+from tests.stream_events import event_times
 from worker.dlq import HEADER_INDEX, HEADER_REASON
 
 pytestmark = pytest.mark.integration
@@ -311,8 +312,12 @@ def test_periods_oracle(name, make_settings, tmp_path, *, topics, rclient, consu
     clock = SimClock(stream.start)
     producer = Producer({"bootstrap.servers": settings.kafka_bootstrap, "linger.ms": 0})
     steps = list(stream.steps())
-    times = [int(e.get("ts", m.kafka_ts)) for step in steps for m in step.messages for e in m.events]
-    assert_crosses(f"the {name} stream", stream.tz, times, scenario.crosses)
+    assert_crosses(
+        f"the {name} stream",
+        stream.tz,
+        event_times(m for step in steps for m in step.messages),
+        scenario.crosses,
+    )
     with running_worker(settings, clock), ApiNode(settings, clock) as node:
         wait_until(lambda: (node.request("GET", "/readyz", {})[0] == 200, ""), "the API node ready")
         checker = Checker(node, model, stream.start)

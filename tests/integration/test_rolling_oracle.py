@@ -47,6 +47,7 @@ from tests.integration.test_periods_oracle import (
 from tests.redis_layout import TIE_HEX, TIE_MAX, index_keys, read_general
 from tests.rolling_model import Model, Rolling
 from tests.rolling_stream import BOARDS, HOT, Stream, config
+from tests.stream_events import event_times
 from worker.rolling import PreparerThread
 
 pytestmark = [pytest.mark.integration, BOTH_TOPOLOGIES]
@@ -320,8 +321,9 @@ def test_rolling_oracle(make_settings, tmp_path, monkeypatch, *, topics, rclient
     stream = Stream(seed=12)
     model = stream.calendar
     steps = list(stream.steps())
-    times = [int(e.get("ts", m.kafka_ts)) for step in steps for m in step.messages for e in m.events]
-    assert_crosses("the rolling stream", stream.tz, times, KINDS)
+    assert_crosses(
+        "the rolling stream", stream.tz, event_times(m for step in steps for m in step.messages), KINDS
+    )
     clock = SimClock(stream.start)
     producer = Producer({"bootstrap.servers": settings.kafka_bootstrap, "linger.ms": 0})
     with running_worker(settings, clock), ApiNode(settings, clock) as node:
