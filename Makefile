@@ -4,11 +4,13 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export RANKSTREAM_BOARDS ?= deploy/boards.yaml
+# parallel test runners, each with its own Kafka and Redis (tests/conftest.py)
+TEST_JOBS ?= 3
 
-.PHONY: help setup run stop test lint bench clean
+.PHONY: help setup run stop test test-fast lint bench clean
 
 help:  ## this list
-	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-7s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-9s %s\n", $$1, $$2}'
 
 $(STAMP): pyproject.toml
 	@$(PY) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "rankstream needs Python >= 3.11 (found " + sys.version.split()[0] + ")")'
@@ -26,8 +28,11 @@ run: setup  ## Kafka, Redis, worker, API and a demo producer; prints a live top-
 stop:  ## stop a local stack left running (`rankstream stack up`)
 	$(BIN)/rankstream stack down
 
-test: setup  ## the whole test suite on real Kafka and Redis (started by the fixtures)
-	$(BIN)/pytest
+test: setup  ## the whole test suite on real Kafka and Redis (started by the fixtures), TEST_JOBS runners
+	$(BIN)/pytest -n $(TEST_JOBS) --dist worksteal
+
+test-fast: setup  ## the inner loop: unit tests and the quick integration tests (not marked slow)
+	$(BIN)/pytest -n $(TEST_JOBS) --dist worksteal -m "not slow"
 
 lint: setup  ## ruff and mypy --strict
 	$(BIN)/ruff check .

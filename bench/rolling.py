@@ -15,7 +15,10 @@
    crosses, and period A's keys (a MEMBERS zset and its tie index) expire as they then would; it
    ends LEAD_MS after. Meanwhile the main process reads the current period's top 10 through the
    API's read path (common/store/reads.py `top`) every READ_EVERY_MS. SLOWLOG (over 100 µs) by
-   client (load, preparer, reader) and script, LATENCY (over 1 ms) for expire-cycle.
+   client (load, preparer, reader) and script, LATENCY (over 1 ms) for expire-cycle; the median
+   derive call and the longest expire cycle as ratios to the load's median apply call.
+   Exactness at this size: tests/integration/test_rolling_boundary.py with
+   RANKSTREAM_TEST_BOARD_MEMBERS=1000000 (the suite runs it on 20k members).
 The box is shared: Redis runs at nice -10 where allowed; `redis_runqueue_wait_ms` is how long it
 still waited for a CPU in phase 3, `box_stall_max_ms` the longest this process froze in 3 s of
 busy-looping alone. Redis expires keys on its own clock: the simulated clock (real time plus an
@@ -67,7 +70,14 @@ BOARDS = parse_boards(
 WINDOW, SLOTS = BOARDS.types[BIG_TYPE].window(ROLLING), RollingSlots(BOARDS.timezone)
 KEYS = BoardKeys(PREFIX, BIG)
 LAZYFREE = ("lazyfree-lazy-expire", "lazyfree-lazy-server-del", "lazyfree-lazy-user-del")
-GOALS = {"rolling_cost_vs_calendar": 1.5, "rolling_top10_p99_ms": 2.0, "boundary_max_command_ms": 1.0}
+# the last two judge Redis time against the load's own apply calls in the same run (a shared box's
+# speed varies threefold between days): the median derive call (a page of members) and the longest
+# expire cycle (the old period freed) no longer than the load's median apply call, of the calls
+# SLOWLOG kept (over 100 µs). Until issue 29 the test suite asserted them on a 1M-member board.
+GOALS = {
+    "rolling_cost_vs_calendar": 1.5, "rolling_top10_p99_ms": 2.0, "boundary_max_command_ms": 1.0,
+    "boundary_derive_vs_apply_p50": 1.0, "expire_cycle_vs_apply_p50": 1.0,
+}  # fmt: skip
 _SHOWN = (
     "calendar_us_per_event", "rolling_us_per_event", "rolling_us_per_event_preparing",
     "rolling_cost_vs_calendar_before_claim", "rolling_cost_vs_calendar_preparing", "members", "fill_s",
@@ -328,11 +338,16 @@ def boundary(client: redis.Redis, pid: int, offset: Synchronized[int], a1: int, 
         stop.set()
         for proc in procs:
             proc.join()
+    slow = _slowlog_summary(client)
+    cycle = max((int(ms) for _, ms in client.latency_history("expire-cycle")), default=0)
+    apply_p50 = slow["boundary_load_apply_ms"]["p50"]
     return {
         "rolling_top10_p99_ms": round(percentile(sorted(latencies), 0.99), 3),
         "top10_ms": {**_ms(latencies), "short_pages": short},
-        **_slowlog_summary(client),
-        "expire_cycle_max_ms": max((int(ms) for _, ms in client.latency_history("expire-cycle")), default=0),
+        **slow,
+        "boundary_derive_vs_apply_p50": ratio(slow["boundary_derive_ms"]["p50"], apply_p50),
+        "expire_cycle_max_ms": cycle,
+        "expire_cycle_vs_apply_p50": ratio(cycle, apply_p50),
         "latency_latest_ms": {cast("bytes", e[0]).decode(): e[3] for e in client.latency_latest()},
         "redis_runqueue_wait_ms": round(_runqueue_ms(pid) - waited, 1),
         "boundary": {"rate": rate, "s": round(time.monotonic() - started, 1), "marks_s": marks,

@@ -64,6 +64,9 @@ class Settings(BaseModel):
     worker_batch_size: int = Field(default=5000, ge=1, le=100_000)
     worker_batch_timeout_ms: int = Field(default=50, ge=1, le=60_000)
     worker_http_port: int = Field(default=8081, ge=0, le=65535)
+    # How long a starting worker waits for Kafka to answer (its transactional id registered)
+    # before it exits 1 with one line; its pod then restarts with back-off.
+    worker_start_timeout_s: float = Field(default=30.0, gt=0, le=600)
     shutdown_deadline_s: float = Field(default=20.0, gt=0)
     api_host: str = "0.0.0.0"  # noqa: S104 - a server in a pod listens on every interface
     api_port: int = Field(default=8080, ge=0, le=65535)

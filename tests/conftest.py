@@ -2,12 +2,17 @@
 
 Where the servers come from, in order: RANKSTREAM_TEST_KAFKA / RANKSTREAM_TEST_REDIS (running
 ones), testcontainers when a Docker engine answers, otherwise the local stack (Kafka from Maven
-jars, redis-server) in .stack/test/. Never a silent skip: if none works the session fails.
+jars, redis-server) in .stack/test/<runner>/. Never a silent skip: if none works the session fails.
+
+Parallel runs (pytest-xdist, `make test`): each runner process (gw0, gw1, ...; "main" without
+xdist) has its own servers, folder and cluster; a test's isolation (its own topics, group and key
+prefix) is the same either way. The controller picks the session's calendar boundary once
+(tests/boundaries.py) and hands it to the runners through the environment.
 
 Topology: a test runs on one Redis server unless it is parametrized over `topology`
 (tests/helpers.py BOTH_TOPOLOGIES); its "cluster" case runs on a Redis Cluster of 3 masters with
 a replica each, RANKSTREAM_TEST_REDIS_CLUSTER (any node's URL of a running one) or started from
-the local redis-server binary in .stack/test/cluster/ the first time a test asks for it.
+the local redis-server binary in .stack/test/<runner>/cluster/ the first time a test asks for it.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from common.store.topology import Store, connect
 from rankstream.cluster import LocalRedisCluster
 from rankstream.stack import LocalKafka, LocalRedis, docker_engine_available, free_port
 from rankstream.topics import ensure_topics
+from tests.boundaries import ENV as BOUNDARY_ENV
 from tests.boundaries import session_boundary
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -54,8 +60,13 @@ def _testcontainers(stack: ExitStack) -> Servers:
     return Servers(kafka.get_bootstrap_server(), redis_url, "testcontainers")
 
 
+def _folder() -> Path:
+    """This runner's local servers' folder (one per xdist worker; they run side by side)."""
+    return ROOT / ".stack" / "test" / os.environ.get("PYTEST_XDIST_WORKER", "main")
+
+
 def _local(stack: ExitStack) -> Servers:
-    folder = ROOT / ".stack" / "test"
+    folder = _folder()
     shutil.rmtree(folder, ignore_errors=True)
     redis_server = LocalRedis("redis", folder / "redis", port=free_port())
     redis_server.start()
@@ -64,6 +75,17 @@ def _local(stack: ExitStack) -> Servers:
     stack.callback(kafka.stop)
     kafka.start()
     return Servers(kafka.bootstrap, redis_server.url, "local")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """One calendar boundary for the whole run: xdist's runners start later and inherit it."""
+    os.environ.setdefault(BOUNDARY_ENV, str(session_boundary().at_ms))
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Slow tests first (their order kept), then the rest: parallel runners start the long ones
+    together and fill the gaps with short ones, so they finish together."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 def pytest_report_header() -> str:
@@ -93,7 +115,7 @@ def cluster_url() -> Iterator[str]:
     if env:
         yield env
         return
-    cluster = LocalRedisCluster(ROOT / ".stack" / "test" / "cluster")
+    cluster = LocalRedisCluster(_folder() / "cluster")
     try:
         cluster.start()
         yield cluster.url

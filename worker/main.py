@@ -142,7 +142,7 @@ def build_loop(
     outputs = TransactionalOutputs(transactional, deadline)
     _log.info("registering the transactional id with Kafka", extra={"bootstrap": settings.kafka_bootstrap})
     try:
-        outputs.init()
+        outputs.init(settings.worker_start_timeout_s)
     except KafkaException as exc:  # no broker, or none that answers: one line, exit 1 (the pod restarts)
         raise InfrastructureError(
             f"Kafka at {settings.kafka_bootstrap} did not answer the worker's start "

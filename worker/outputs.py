@@ -50,9 +50,9 @@ class TransactionalOutputs:
         self._stuck: list[Producer] = []  # abandoned producers, kept from the garbage collector
         self.replaced = 0
 
-    def init(self) -> None:
+    def init(self, timeout_s: float = INIT_TIMEOUT_S) -> None:
         """Register the transactional.id; aborts what a predecessor with the same id left open."""
-        self._call("init_transactions", self._deadline.timeout(INIT_TIMEOUT_S))
+        self._call("init_transactions", self._deadline.timeout(timeout_s))
         self._ready = True
 
     def produce(self, topic: str, **kwargs: Any) -> None:

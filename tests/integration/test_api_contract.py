@@ -84,6 +84,7 @@ def _get(url: str) -> tuple[int, Any]:
         return int(exc.code), orjson.loads(exc.read())
 
 
+@pytest.mark.slow
 def test_every_answer_conforms_to_the_spec(api_server, tmp_path):
     _, spec = _get(f"{api_server}/openapi.json")
     # steer generation onto real boards and members, so it reaches the ranking code, not 404s

@@ -32,7 +32,7 @@ from tests.oracle import (
 )
 from worker.apply import Applier
 
-pytestmark = [pytest.mark.integration, BOTH_TOPOLOGIES]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, BOTH_TOPOLOGIES]
 
 
 @pytest.fixture

@@ -160,6 +160,7 @@ def _paused(rclient, seconds: float) -> float:
 
 
 @pytest.mark.parametrize("kafka", ["reachable", "unreachable"])
+@pytest.mark.slow
 def test_exits_within_the_deadline_with_redis_paused_under_requests(topics, rclient, tmp_path, kafka):
     settings = topics
     fill(settings, rclient)

@@ -42,6 +42,7 @@ def _clean_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("RANKSTREAM_")}
 
 
+@pytest.mark.slow
 def test_dev_serves_a_live_top10_and_stops_without_leftovers(tmp_path):
     api_port = free_port()
     env = {
@@ -122,6 +123,7 @@ def test_worker_without_a_reachable_kafka_exits_1_with_one_error_line(settings):
         "RANKSTREAM_REDIS_URL": settings.redis_url.get_secret_value(),
         "RANKSTREAM_BOARDS": str(ROOT / "deploy" / "boards.yaml"),
         "RANKSTREAM_WORKER_HTTP_PORT": str(free_port()),
+        "RANKSTREAM_WORKER_START_TIMEOUT_S": "3",  # the default 30 s is for a broker still starting
     }
     proc = _rankstream("worker", env=env, merge_stderr=True)
     out, _ = proc.communicate(timeout=120)

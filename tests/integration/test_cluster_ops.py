@@ -53,7 +53,7 @@ from tests.oracle import (
     run_model,
 )
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 EVENTS = 40_000
 ALL_BOARDS = [*BOARDS, *RANGED_BOARDS]
 # boards of every type the worker writes and the API reads while their slots move

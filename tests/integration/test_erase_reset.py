@@ -62,7 +62,7 @@ from tests.oracle import (
 from tests.redis_layout import index_keys
 from worker.outputs import TransactionalOutputs
 
-pytestmark = [pytest.mark.integration, BOTH_TOPOLOGIES]
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 RANKSTREAM = Path(sys.executable).parent / "rankstream"
 WAIT_S = 30.0
 HOUR_MS = 3_600_000
@@ -174,6 +174,7 @@ def admin_ops(metrics: Any, op: str) -> float:
 LOAD_BOARDS = ["gift:r0", "ranged:g0", "score:s0", "gift:r1"]
 
 
+@BOTH_TOPOLOGIES  # erase and reset on a cluster: their calls routed to each board's slot
 def test_erase_and_reset_under_load_equal_an_independent_replay(
     make_settings, tmp_path, rclient, consumer_factory
 ):

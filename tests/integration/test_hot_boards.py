@@ -51,7 +51,7 @@ from worker.consumer import WorkerLoop
 from worker.main import build_loop
 from worker.metrics import WorkerMetrics
 
-pytestmark = [pytest.mark.integration, BOTH_TOPOLOGIES]
+pytestmark = pytest.mark.integration
 HOT = {"gift:r0": ("total", "day"), "score:s0": ("total",), "ranged:g0": ("total", "day", "week")}
 HOT_YAML = "hot:\n" + "".join(f'  - {{board: "{b}", windows: [{", ".join(w)}]}}\n' for b, w in HOT.items())
 ALL_BOARDS = [*BOARDS, *RANGED_BOARDS]
@@ -196,6 +196,8 @@ def hot_settings(make_settings, tmp_path: Path, hot: bool = True, **overrides: o
     return settings
 
 
+@pytest.mark.slow
+@BOTH_TOPOLOGIES  # the backfill and the node's readiness read Redis: on a cluster, every master
 def test_node_started_mid_load_is_complete_when_ready_then_converges(make_settings, tmp_path, rclient):
     settings = hot_settings(make_settings, tmp_path)
     start = now_ms()

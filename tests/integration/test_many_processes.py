@@ -32,7 +32,8 @@ from tests.integration.test_cluster_ops import PacedProducer
 from tests.integration.test_hot_boards import HOT, write_config
 from tests.oracle import BOARDS, RANGED_BOARDS, Model, compare_redis, generate, now_ms, run_model
 
-pytestmark = [pytest.mark.integration, pytest.mark.parametrize("topology", ["cluster"], indirect=True)]
+ON_CLUSTER = pytest.mark.parametrize("topology", ["cluster"], indirect=True)
+pytestmark = [pytest.mark.integration, pytest.mark.slow, ON_CLUSTER]
 ROOT = Path(__file__).resolve().parents[2]
 EVENTS = 40_000
 PRODUCE_S = 30.0

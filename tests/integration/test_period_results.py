@@ -59,7 +59,7 @@ from tests.rolling_model import HOUR, MINUTE
 from tests.sim_worker import DWELL_ENV, PASS_ENV
 from tests.stream_events import event_times
 
-pytestmark = [pytest.mark.integration, BOTH_TOPOLOGIES]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, BOTH_TOPOLOGIES]
 
 # at the first step of these hours (by the simulated clock): what happens to the workers
 # and at which moment of the leader's transaction of the results just due (Cluster.catch)

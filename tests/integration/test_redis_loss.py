@@ -39,7 +39,7 @@ from tests.oracle import BOARDS, ORACLE_BOARDS, Message, Model, compare_redis, g
 from worker.apply import Applier
 from worker.sources import commits_reader, group_commits
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 Where = list[tuple[int, int]]  # each produced message's (partition, offset)
 
 

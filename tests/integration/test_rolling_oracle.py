@@ -50,7 +50,7 @@ from tests.rolling_stream import BOARDS, HOT, Stream, config
 from tests.stream_events import event_times
 from worker.rolling import PreparerThread
 
-pytestmark = [pytest.mark.integration, BOTH_TOPOLOGIES]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, BOTH_TOPOLOGIES]
 BOARD_NAMES = [board for boards in BOARDS.values() for board in boards]
 FULL_READ_EVERY = 8  # probes: also read the tie index of the current periods (a keyspace scan each)
 MEMORY_LAG_S = 5.0  # the longest a memory answer may take to agree with Redis (0: no lag allowed)

@@ -13,6 +13,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import pytest
 import redis
 from confluent_kafka import Consumer, Producer, TopicPartition
 
@@ -22,6 +23,8 @@ from rankstream.stack import free_port
 from tests.helpers import applied_so_far, check_dlq, http_status, wait_for, worker_env
 from tests.integration.test_worker_oracle import total_applied, worker_process
 from tests.oracle import BOARDS, ORACLE_BOARDS, Message, compare_redis, generate, now_ms, run_model
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 EVENTS = 24_000

@@ -32,7 +32,7 @@ from tests.boundaries import session_boundary
 from tests.helpers import BOTH_TOPOLOGIES, every_server, kill_connections
 from worker.apply import Applier
 
-pytestmark = [pytest.mark.integration, BOTH_TOPOLOGIES]
+pytestmark = pytest.mark.integration
 BOARD = "gift:warm"
 CHECK_S = 0.2  # warm_check_s here: the bound when a notice is lost
 BOUND_S = CHECK_S + 0.6  # what the test allows: the check, a reconnect's first wait, scheduling
@@ -132,6 +132,7 @@ def notices_heard(client: Store, channel: str) -> Iterator[Callable[[int], None]
             listener.close()
 
 
+@BOTH_TOPOLOGIES  # change notices across a cluster's nodes
 def test_answers_are_kept_until_the_board_changes(notices_only, rclient):
     warm_settings = notices_only
     writer = Writer(warm_settings, rclient)
@@ -201,6 +202,7 @@ def test_an_answer_chosen_by_the_clock_ends_with_its_period(warm_settings, rclie
     assert first == again != after
 
 
+@BOTH_TOPOLOGIES  # change notices across a cluster's nodes
 def test_a_node_whose_feed_drops_forgets_what_it_kept(notices_only, rclient):
     """Redis drops the change feed and a write lands before it is back: its notice is lost,
     so the node must drop everything when it subscribes again (no seq check here)."""
@@ -224,6 +226,7 @@ def test_a_node_whose_feed_drops_forgets_what_it_kept(notices_only, rclient):
     assert asyncio.run(go()) == ("w1", "in-the-gap")
 
 
+@BOTH_TOPOLOGIES  # change notices across a cluster's nodes
 def test_no_answer_is_older_than_a_write_plus_the_bound(warm_settings, rclient):
     """A reader reads the warm top-10 all along, while a writer writes every 15 ms. Meanwhile
     Redis drops the node's change feed, then its read connection; the node restarts; and

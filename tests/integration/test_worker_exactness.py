@@ -36,7 +36,7 @@ from tests.integration.test_worker_oracle import total_applied, worker_process
 from tests.oracle import BOARDS, ORACLE_BOARDS, Message, Model, compare_redis, generate, now_ms, run_model
 from worker.metrics import WorkerMetrics
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 EVENTS = 30_000
 # a 1 s id window, and batches small enough (30k events) that each kill lands mid-stream
 WINDOW_1S = {"RANKSTREAM_ID_WINDOW_S": "1", "RANKSTREAM_WORKER_BATCH_SIZE": "500"}

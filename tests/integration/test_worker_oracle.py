@@ -36,7 +36,11 @@ from tests.oracle import (
     run_model,
 )
 
-pytestmark = pytest.mark.integration
+# The 100k oracle runs on both topologies (a batch's calls routed to 3 masters, slot marks); the
+# kill -9, rebalance and fencing tests on one server: what they exercise is Kafka's redelivery and
+# the board's own fence, the same calls on a cluster, where test_many_processes.py kills and
+# churns workers.
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 EVENTS = 100_000
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -89,7 +93,6 @@ def test_oracle_exact_after_100k_events(oracle_topics, rclient, consumer_factory
     check_dlq(consumer_factory, settings, model, exact=True)
 
 
-@BOTH_TOPOLOGIES
 def test_oracle_exact_after_three_kill_9_mid_stream(oracle_topics, rclient, consumer_factory):
     """kill -9 three times mid-stream: Redis equals the model and the dead-letter topic holds each
     bad event exactly once (read_committed), though every kill left a transaction open."""
@@ -143,7 +146,6 @@ def test_oracle_exact_with_two_workers_and_rebalances(oracle_topics, rclient, co
     check_dlq(consumer_factory, settings, model, exact=True)
 
 
-@BOTH_TOPOLOGIES
 def test_the_worker_taking_a_dead_ones_partitions_fences_it_at_once(oracle_topics, rclient, consumer_factory):
     """kill -9 with a second worker alive: the survivor, assigned the dead one's partitions, finds
     it gone from the group and fences its transactional id (aborting its open transaction now,

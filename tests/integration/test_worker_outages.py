@@ -21,7 +21,7 @@ from tests.integration.test_worker_oracle import ROOT
 from tests.oracle import ORACLE_BOARDS, Message, compare_redis, generate, now_ms, run_model
 from worker.main import BROKER_DEFAULT_MAX_MESSAGE_BYTES, PRODUCER_MESSAGE_MAX_BYTES, dlq_record_limit
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 def stream(n: int) -> tuple[list[Message], list[Message], int]:

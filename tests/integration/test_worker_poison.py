@@ -152,6 +152,7 @@ def poison_messages(rng: random.Random, start: int) -> list[Message]:
     return out
 
 
+@pytest.mark.slow
 def test_poison_and_edge_messages_mid_stream_with_two_workers(
     oracle_settings, rclient, consumer_factory, poisoned
 ):

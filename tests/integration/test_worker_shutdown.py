@@ -18,7 +18,7 @@ from tests.helpers import applied_so_far, produce, running_worker, wait_for
 from tests.integration.test_worker_oracle import worker_process
 from tests.oracle import BOARDS, ORACLE_BOARDS, Message, now_ms
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 def unique_stream(n: int) -> list[Message]:

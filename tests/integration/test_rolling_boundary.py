@@ -1,6 +1,5 @@
-"""A board of RANKSTREAM_TEST_BIG_MEMBERS (1M) members whose rolling window `last_3h` crosses an
-hour boundary under load: the period worker/rolling.py prepares ahead is exactly right, and
-neither its derive calls nor the old period's expiry hold Redis long.
+"""A board of RANKSTREAM_TEST_BOARD_MEMBERS (20k) members whose rolling window `last_3h` crosses an
+hour boundary under load: the period worker/rolling.py prepares ahead is exactly right.
 
 Buckets are UTC hours; in the last quarter of bucket q the preparer prepares period q+1.
 1. Clock early in q (period q-1 still in its late grace): one event per member, its ts in q-2,
@@ -8,14 +7,18 @@ Buckets are UTC hours; in the last quarter of bucket q the preparer prepares per
 2. Clock in q: incr, set, best, incr 0 and delete events with ts in q-2 .. q+1 for some members.
 3. Clock in q's last quarter: a thread applies events at a steady rate while another runs the
    preparer, which prepares q+1; once it is whole the clock jumps to just before q+1 and crosses
-   it, the old period q-1's keys expire then (lazyfree-lazy-expire on), the load goes on 5 s.
-   SLOWLOG (over 100 µs) and LATENCY (over 1 ms) watch the whole phase.
+   it, the old period q-1's keys expire then (lazyfree-lazy-expire on), the load goes on 2 s.
 Then q+1, now current, must hold exactly, per member, the sum of its values in buckets q-1, q and
 q+1 (per bucket: incr adds, set overwrites, best keeps the higher; a delete empties every
 bucket), present iff it has an event there since its last delete, tied at the latest such
 event's ts: worked out here from the events applied, nothing from worker/ or common/store.
 Redis expires keys on its own clock: the simulated clock stays within ~1 h 15 min of it and every
 key the test writes expires after the test ends.
+
+How long Redis is held meanwhile (derive calls against the load's apply calls, the longest command,
+the expire cycle of a 1M-member period) is a load figure, not a behaviour: bench/rolling.py
+measures it on a 1M-member board (`make bench`, goals in bench/results/rolling.json). Set
+RANKSTREAM_TEST_BOARD_MEMBERS=1000000 to run this exactness check at that size (~4-7 minutes).
 """
 
 from __future__ import annotations
@@ -33,27 +36,21 @@ import redis
 
 from common.boards import parse_boards
 from common.events import Op, UpdateEvent
-from common.store.apply import ApplyScript
 from common.store.encoding import TIE_MAX, TIE_WIDTH
 from worker.apply import Applier
 from worker.rolling import RollingPreparer
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(1200)]  # 6 min here on a slow day
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(1200)]  # 1M members: 6 min on a slow day
 
 HOUR = 3_600_000
-MEMBERS = int(os.environ.get("RANKSTREAM_TEST_BIG_MEMBERS", "1000000"))
+MEMBERS = int(os.environ.get("RANKSTREAM_TEST_BOARD_MEMBERS", "20000"))
+LATER = max(2_000, MEMBERS // 25)  # phase 2's events (every op, every bucket)
 BOARDS = parse_boards("timezone: UTC\ntypes:\n  big: {windows: [last_3h]}\n")  # desc, tie first
 BOARD, WINDOW = "big:r1", "last_3h"
 CHUNK = 500
-LOAD_RATE, TICK_S, AFTER_CROSSING_S = 1500, 0.02, 5.0
-# Redis time is judged against the load's own apply calls in the same run (a shared box's speed
-# varies threefold between days; the absolute figures are bench/rolling.py's): the median derive
-# call (a page of 50 members) is no longer than the load's median apply call (30 events), and no
-# expire cycle is longer than that either (a 1M-member period freed inline holds Redis for ~100 ms).
-# Not the longest derive call: a preempted Redis makes any command look slow (printed).
+LOAD_RATE, TICK_S, AFTER_CROSSING_S = 1500, 0.02, 2.0
 PREPARE_WAIT_S = 600  # 1M members prepared under load: 35 s on a quiet box, 150 s on a slow one
 
-_CONFIG = ("lazyfree-lazy-expire", "slowlog-log-slower-than", "slowlog-max-len", "latency-monitor-threshold")
 Event = tuple[str, str, int, float, int]  # member, op, bucket (-2 .. 1, from q), score, ts
 
 
@@ -91,7 +88,7 @@ def _apply(applier: Applier, events: list[Event], tag: str) -> None:
 def _later_events(rng: random.Random, q: int, now: int) -> list[Event]:
     """Phase 2's events in stream order: every op, every bucket of the window and the one leaving."""
     out: list[Event] = []
-    for k in range(40_000):
+    for k in range(LATER):
         member = f"u{rng.randrange(MEMBERS)}" if k % 50 else f"n{k}"
         bucket = rng.choice((-2, -1, 0, 0, 0, 1))
         ts = q + bucket * HOUR + rng.randrange(HOUR if bucket else now - q)
@@ -143,10 +140,6 @@ def _period(client: redis.Redis, key: str) -> dict[str, tuple[float, int]]:
     return out
 
 
-def _at(ordered: list[float], q: float) -> float:
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else 0.0
-
-
 def _loop(stop: threading.Event, body: Callable[[], Any]) -> threading.Thread:
     def run() -> None:
         while not stop.is_set():
@@ -157,23 +150,13 @@ def _loop(stop: threading.Event, body: Callable[[], Any]) -> threading.Thread:
     return thread
 
 
-def _calls_ms(entries: list[dict[str, Any]], client: bytes) -> list[float]:
-    """The durations (ms, ascending) of the apply.lua calls `client` made, of those SLOWLOG kept."""
-    call = f"EVALSHA {ApplyScript().lua.sha} ".encode()
-    return sorted(
-        e["duration"] / 1000
-        for e in entries
-        if e.get("client_name") == client and e["command"].startswith(call)
-    )
-
-
-def test_a_big_rolling_board_crosses_a_boundary_exactly_and_in_short_calls(settings, rclient):
+def test_a_rolling_board_prepared_under_load_crosses_a_boundary_exactly(settings, rclient):
     prefix, sim, rng = settings.key_prefix, _Sim(), random.Random(12)
     url = settings.redis_url.get_secret_value()
     # q + 1 h: the first expiry of a key the test writes (period q-1's), after the test ends
     q = (int(time.time() * 1000) + 15 * 60_000) // HOUR * HOUR
     tag = f"{prefix}{{{BOARD}}}"
-    saved = {name: rclient.config_get(name)[name] for name in _CONFIG}
+    saved = rclient.config_get("lazyfree-lazy-expire")
     took = [("start", time.monotonic())]
     rclient.config_set("lazyfree-lazy-expire", "yes")
     try:
@@ -200,9 +183,6 @@ def test_a_big_rolling_board_crosses_a_boundary_exactly_and_in_short_calls(setti
         # 3. q+1 prepared under load, then across the boundary, the old period q-1 expiring
         old = [f"{tag}:z:{WINDOW}:{_hour_id(q - HOUR)}", f"{tag}:t:{WINDOW}:{_hour_id(q - HOUR)}"]
         old += [k.decode() for k in rclient.scan_iter(match=f"{old[1]}:*", count=10_000)]
-        for name, value in (("slowlog-log-slower-than", 100), ("slowlog-max-len", 100_000),
-                            ("latency-monitor-threshold", 1)):  # fmt: skip
-            rclient.config_set(name, value)
         preparer = RollingPreparer(
             redis.Redis.from_url(url, client_name="preparer"), BOARDS, prefix,
             clock=sim.now, epoch=lambda: "unmanaged", owner="t",
@@ -226,8 +206,6 @@ def test_a_big_rolling_board_crosses_a_boundary_exactly_and_in_short_calls(setti
                 time.sleep(0.05)
 
         sim.set(q + 46 * 60_000)
-        rclient.slowlog_reset()
-        rclient.latency_reset()
         threads = [_loop(stop, tick), _loop(stop, prepare)]
         try:
             deadline = time.monotonic() + PREPARE_WAIT_S
@@ -249,11 +227,8 @@ def test_a_big_rolling_board_crosses_a_boundary_exactly_and_in_short_calls(setti
             for thread in threads:
                 thread.join(timeout=60)
         took.append(("crossing", time.monotonic()))
-        entries = rclient.slowlog_get(100_000)
-        cycle = [ms for _, ms in rclient.latency_history("expire-cycle")]
     finally:
-        for name, value in saved.items():
-            rclient.config_set(name, value)
+        rclient.config_set("lazyfree-lazy-expire", saved["lazyfree-lazy-expire"])
     assert not any(thread.is_alive() for thread in threads)
     assert load, "the load applied nothing"
 
@@ -267,19 +242,8 @@ def test_a_big_rolling_board_crosses_a_boundary_exactly_and_in_short_calls(setti
     )  # fmt: skip
     took.append(("check", time.monotonic()))
     print("seconds:", {name: round(t - took[k][1], 1) for k, (name, t) in enumerate(took[1:])})
-    # the load's and the preparer's commands (those a script ran aside: they are inside its time)
-    ours = [e for e in entries if e.get("client_name") in (b"load", b"preparer")]
-    top = sorted(ours, key=lambda e: -e["duration"])[:3]
-    print("longest commands (ms, client, command):", [
-        (e["duration"] / 1000, e["client_name"].decode(), e["command"][:24].decode()) for e in top
-    ])  # fmt: skip
-    derive, applies = _calls_ms(entries, b"preparer"), _calls_ms(entries, b"load")
-    for name, calls in (("derive", derive), ("load apply", applies)):
-        print(
-            f"{name} calls over 100 µs: {len(calls)}, median {_at(calls, 0.5)} ms, p99 {_at(calls, 0.99)} ms"
-        )
-    print(f"expire-cycle latencies (ms): {cycle}")
-    assert derive, "the preparer made no derive call"
-    assert applies, "no apply call of the load took 100 µs: nothing to judge the derive calls by"
-    assert _at(derive, 0.5) <= _at(applies, 0.5)
-    assert max(cycle, default=0) <= _at(applies, 0.5)
+    # what the check stands on: the period was derived page by page while the load ran, the load
+    # wrote on both sides of the boundary, and the old period's keys expired under it
+    assert preparer.stats.members >= MEMBERS // 2 and preparer.stats.calls > 1, preparer.stats
+    assert {bucket for _, _, bucket, _, _ in load} == {0, 1}, "the load did not run across the boundary"
+    assert not any(rclient.exists(key) for key in old[:2]), "period q-1 did not expire"
