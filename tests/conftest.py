@@ -133,17 +133,14 @@ def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
 
 
-@pytest.fixture
-def make_settings(
-    servers: Servers, tmp_path: Path, topology: str, request: pytest.FixtureRequest
-) -> Callable[..., Settings]:
-    """Settings of one test: its own topics, group and Redis key prefix, on its topology."""
+def own_settings(servers: Servers, cluster_url: str | None = None) -> dict[str, Any]:
+    """Settings (as keyword arguments) with their own topics, group and Redis key prefix, on
+    the cluster at `cluster_url` if given, else on the session's Redis server."""
     tag = uuid.uuid4().hex[:10]
-    cluster = topology == "cluster"
-    base = {
+    return {
         "kafka_bootstrap": servers.kafka_bootstrap,
-        "redis_url": request.getfixturevalue("cluster_url") if cluster else servers.redis_url,
-        "redis_cluster": cluster,
+        "redis_url": cluster_url or servers.redis_url,
+        "redis_cluster": cluster_url is not None,
         "boards": ROOT / "deploy" / "boards.yaml",
         "topic_updates": f"t{tag}.update_rank",
         "topic_dlq": f"t{tag}.update_rank.dlq",
@@ -153,6 +150,12 @@ def make_settings(
         "key_prefix": f"t{tag}:",
         "worker_http_port": 0,
     }
+
+
+@pytest.fixture
+def make_settings(servers: Servers, topology: str, request: pytest.FixtureRequest) -> Callable[..., Settings]:
+    """Settings of one test: its own topics, group and Redis key prefix, on its topology."""
+    base = own_settings(servers, request.getfixturevalue("cluster_url") if topology == "cluster" else None)
 
     def build(**overrides: Any) -> Settings:
         return load_settings({}, **{**base, **overrides})
@@ -188,13 +191,18 @@ def rclient(settings: Settings) -> Iterator[Store]:
     """A Redis client of the test's topology; the test's keys (its prefix) are removed afterwards."""
     client = connect(settings.redis_url.get_secret_value(), settings.redis_cluster)
     yield client
-    keys = list(client.scan_iter(match=f"{settings.key_prefix}*", count=5000))
+    remove_keys(client, settings.key_prefix)
+    client.close()
+
+
+def remove_keys(client: Store, prefix: str) -> None:
+    """Every key under `prefix`, unlinked."""
+    keys = list(client.scan_iter(match=f"{prefix}*", count=5000))
     for start in range(0, len(keys), 5000):
         pipe = client.pipeline(transaction=False)  # a key a command: a cluster's go to their slots
         for key in keys[start : start + 5000]:
             pipe.unlink(key)
         pipe.execute()
-    client.close()
 
 
 @pytest.fixture

@@ -14,6 +14,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -25,9 +26,10 @@ from aiohttp.test_utils import TestClient, TestServer
 from api.app import create_app
 from common.boards import load_boards
 from common.events import Op, UpdateEvent
-from common.settings import Settings
+from common.settings import Settings, load_settings
 from rankstream.stack import free_port
 from rankstream.topics import ensure_topics
+from tests.conftest import Servers, own_settings, own_topics, remove_keys
 from tests.helpers import api_env, backfill, http_status, wait_for
 from worker.apply import Applier
 
@@ -55,10 +57,10 @@ def fill(settings: Settings, client: redis.Redis) -> None:
     backfill(settings, client)
 
 
-@pytest.fixture
-def api_server(settings: Settings, rclient) -> Iterator[str]:
+@contextmanager
+def api_process(settings: Settings, client: redis.Redis) -> Iterator[str]:
     """A real `rankstream api` process on a free port, over real Redis holding test data."""
-    fill(settings, rclient)
+    fill(settings, client)
     port = free_port()
     env = api_env(settings, port)
     proc = subprocess.Popen(
@@ -74,6 +76,27 @@ def api_server(settings: Settings, rclient) -> Iterator[str]:
     stderr = proc.stderr.read().decode()
     proc.stderr.close()
     assert "Traceback" not in stderr
+
+
+@pytest.fixture
+def api_server(settings: Settings, rclient) -> Iterator[str]:
+    """A server of the test's own (its metrics count only its requests)."""
+    with api_process(settings, rclient) as base:
+        yield base
+
+
+@pytest.fixture(scope="module")
+def shared_api(servers: Servers) -> Iterator[str]:
+    """One server for the module's tests that only read, and send bad input: ~40 tests, each of
+    which would otherwise start one (~1 s). Its topics and keys are its own, removed after."""
+    settings = load_settings({}, **own_settings(servers))
+    client = redis.Redis.from_url(settings.redis_url.get_secret_value())
+    try:
+        with own_topics(settings), api_process(settings, client) as base:
+            yield base
+    finally:
+        remove_keys(client, settings.key_prefix)
+        client.close()
 
 
 def _get(url: str) -> tuple[int, Any]:
@@ -151,8 +174,8 @@ def test_every_answer_conforms_to_the_spec(api_server, tmp_path):
         ("/v1/nothing/here", 404, "not_found"),
     ],
 )
-def test_bad_requests_get_json_errors(api_server, path, status, code):
-    got_status, body = _get(f"{api_server}{path}")
+def test_bad_requests_get_json_errors(shared_api, path, status, code):
+    got_status, body = _get(f"{shared_api}{path}")
     assert (got_status, body["error"]["code"]) == (status, code)
     assert isinstance(body["error"]["message"], str) and body["error"]["message"]
 
@@ -163,8 +186,8 @@ def test_bad_requests_get_json_errors(api_server, path, status, code):
      (orjson.dumps({"members": [f"m{i}" for i in range(501)]}), "bad_body"),
      (b'{"members": ["ok", ""]}', "bad_member"), (b"[]", "bad_body")],
 )  # fmt: skip
-def test_bad_lookup_bodies_get_json_errors(api_server, body, code):
-    url = f"{api_server}/v1/boards/gift:room42/members/lookup"
+def test_bad_lookup_bodies_get_json_errors(shared_api, body, code):
+    url = f"{shared_api}/v1/boards/gift:room42/members/lookup"
     request = urllib.request.Request(url, data=body, method="POST")  # noqa: S310 - loopback URL
     with pytest.raises(urllib.error.HTTPError) as info:
         urllib.request.urlopen(request, timeout=10)  # noqa: S310 - loopback URL
@@ -257,10 +280,10 @@ def test_sigterm_drains_requests_in_flight(settings, rclient):
             proc.kill()
 
 
-def test_cli_prints_readable_tables_from_a_running_api(api_server):
+def test_cli_prints_readable_tables_from_a_running_api(shared_api):
     env = {k: v for k, v in os.environ.items() if not k.startswith("RANKSTREAM_")}
     top = subprocess.run(
-        [sys.executable, "-m", "rankstream.cli", "top", "gift:room42", "--limit", "3", "--api", api_server],
+        [sys.executable, "-m", "rankstream.cli", "top", "gift:room42", "--limit", "3", "--api", shared_api],
         capture_output=True, text=True, env=env, check=False, timeout=60,
     )  # fmt: skip
     assert top.returncode == 0, top.stderr
@@ -270,12 +293,12 @@ def test_cli_prints_readable_tables_from_a_running_api(api_server):
     assert lines[3].split()[:3] == ["1", "u27", "6"] and lines[3].split()[3] == "U27"
     assert len(lines) == 7 and lines[-1].startswith("source memory  seq ")  # gift:room42 is hot
     member = subprocess.run(
-        [sys.executable, "-m", "rankstream.cli", "member", "gift:room42", "u1", "--api", api_server],
+        [sys.executable, "-m", "rankstream.cli", "member", "gift:room42", "u1", "--api", shared_api],
         capture_output=True, text=True, env=env, check=False, timeout=60,
     )  # fmt: skip
     assert member.returncode == 0 and " u1 " in member.stdout
     missing = subprocess.run(
-        [sys.executable, "-m", "rankstream.cli", "member", "gift:room42", "ghost", "--api", api_server],
+        [sys.executable, "-m", "rankstream.cli", "member", "gift:room42", "ghost", "--api", shared_api],
         capture_output=True, text=True, env=env, check=False, timeout=60,
     )  # fmt: skip
     assert missing.returncode == 2
