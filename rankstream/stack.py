@@ -163,7 +163,8 @@ class _Server:
         if pid is not None:
             terminate(pid, timeout)
         if self.proc is not None:
-            self.proc.wait(timeout=5)
+            # after SIGKILL: a JVM starved of CPU (a loaded box) has taken over 5 s to be gone
+            self.proc.wait(timeout=30)
         self.pid_file.unlink(missing_ok=True)
 
 
