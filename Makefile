@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export RANKSTREAM_BOARDS ?= deploy/boards.yaml
 # parallel test runners, each with its own Kafka and Redis (tests/conftest.py)
-TEST_JOBS ?= 3
+TEST_JOBS ?= 2
 
 .PHONY: help setup run stop test test-fast lint bench clean
 
