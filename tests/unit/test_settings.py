@@ -57,6 +57,8 @@ def test_redis_url_is_secret():
         ({"RANKSTREAM_LOG_LEVEL": "LOUD"}, "unknown log level"),
         ({"RANKSTREAM_KEY_PREFIX": "a{b}"}, "RANKSTREAM_KEY_PREFIX"),
         ({"RANKSTREAM_DEDUPE_WINDOW_S": "1"}, "RANKSTREAM_DEDUPE_WINDOW_S"),
+        ({"RANKSTREAM_WORKER_START_TIMEOUT_S": "0"}, "RANKSTREAM_WORKER_START_TIMEOUT_S"),
+        ({"RANKSTREAM_WORKER_START_TIMEOUT_S": "601"}, "RANKSTREAM_WORKER_START_TIMEOUT_S"),
     ],
 )
 def test_bad_settings_fail_with_one_line(env, message):
