@@ -67,6 +67,9 @@ class Settings(BaseModel):
     # How long a starting worker waits for Kafka to answer (its transactional id registered)
     # before it exits 1 with one line; its pod then restarts with back-off.
     worker_start_timeout_s: float = Field(default=30.0, gt=0, le=600)
+    # The board state a worker keeps to decide events itself (README "Where the work happens"):
+    # at most this many (member, window period) entries; 0 = Redis decides every event (apply.lua).
+    worker_state_cells: int = Field(default=1_000_000, ge=0, le=100_000_000)
     shutdown_deadline_s: float = Field(default=20.0, gt=0)
     api_host: str = "0.0.0.0"  # noqa: S104 - a server in a pod listens on every interface
     api_port: int = Field(default=8080, ge=0, le=65535)

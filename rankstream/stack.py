@@ -44,6 +44,28 @@ def free_port() -> int:
         return port
 
 
+def port_bindable(port: int) -> bool:
+    """Whether a server could listen on the port now: bound the way Kafka and Redis bind (SO_REUSEADDR).
+
+    A connect probe misses a port held as the local end of some client's connection; a bind sees it.
+    """
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def free_port_pair() -> int:
+    """A free port whose next port is free too (the local Kafka's controller listens on port + 1)."""
+    while True:
+        port = free_port()
+        if port < 65535 and port_bindable(port + 1):
+            return port
+
+
 def port_open(port: int) -> bool:
     with socket.socket() as sock:
         sock.settimeout(0.2)
@@ -231,7 +253,7 @@ class LocalKafka(_Server):
         log4j = self.folder / "log4j2.properties"
         log4j.write_text(_local_file("log4j2.properties"), encoding="utf-8")
         for busy in (self.port, self.controller_port):
-            if port_open(busy):
+            if not port_bindable(busy):
                 raise StackError(f"port {busy} is taken: stop what listens there or pick other ports")
         classpath = f"{libs}/*"
         if not (data / "meta.properties").exists():
@@ -277,7 +299,7 @@ class LocalRedis(_Server):
 
     def start(self, timeout: float = 20.0) -> None:
         binary = ensure_redis_server()
-        if port_open(self.port):
+        if not port_bindable(self.port):
             raise StackError(f"port {self.port} is taken: stop what listens there or pick another port")
         self.folder.mkdir(parents=True, exist_ok=True)
         argv = [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--daemonize", "no"]

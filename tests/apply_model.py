@@ -26,6 +26,7 @@ from common.store.encoding import MemberState, Status
 from common.store.keys import index_expiry
 from tests.redis_layout import index_keys, read_general
 from worker.apply import Applier, Outcome, Position, Source
+from worker.boardstate import DEFAULT_MAX_CELLS as DEFAULT_CELLS
 
 # --- the contract's numbers, written out (and checked against the product's constants) ---------
 
@@ -394,27 +395,35 @@ def _event(label: str) -> None:
         event(label)
 
 
-def run_case(case: Case, client: redis.Redis, key_prefix: str) -> None:
+def run_case(
+    case: Case, client: redis.Redis, key_prefix: str, turns: Sequence[int] = (DEFAULT_CELLS,)
+) -> None:
+    """`turns`: the appliers that take the batches in turn, each keeping at most that many board
+    states (0: apply.lua decides); the first also applies the redeliveries."""
     if not currently_in_test_context():  # a hand-written case: the description goes with a failure
         try:
-            _run_case(case, client, key_prefix)
+            _run_case(case, client, key_prefix, turns)
         except AssertionError as exc:
             raise AssertionError(f"{exc}\n{case.describe()}") from None
         return
     note(case.describe())
-    _run_case(case, client, key_prefix)
+    _run_case(case, client, key_prefix, turns)
 
 
-def _run_case(case: Case, client: redis.Redis, key_prefix: str) -> None:
+def _run_case(case: Case, client: redis.Redis, key_prefix: str, turns: Sequence[int]) -> None:
     prefix = f"{key_prefix}p{next(_examples)}:"
     boards = parse_boards(case.config())
-    applier = Applier(client, boards, prefix, ID_WINDOW_S, now_ms=lambda: case.now, epoch="E")
+    appliers = [
+        Applier(client, boards, prefix, ID_WINDOW_S, now_ms=lambda: case.now, epoch="E", state_cells=cells)
+        for cells in turns
+    ]
+    applier = appliers[0]
     max_ts = ts_ceiling(SKEW_S, case.now)
     model = Model(case)
     firsts: list[Status] = []
     calls: list[tuple[list[tuple[UpdateEvent, int]], list[Position | None]]] = []
     offset = 0
-    for batch in case.batches:
+    for number, batch in enumerate(case.batches):
         pairs: list[tuple[UpdateEvent, int]] = []
         positions: list[Position | None] = []
         expected: dict[int, Expected] = {}
@@ -430,7 +439,7 @@ def _run_case(case: Case, client: redis.Redis, key_prefix: str) -> None:
                 firsts.append(expected[id(update)].status)
             offset += 1
         calls.append((pairs, positions))
-        outcomes, failures = applier.apply_isolated(pairs, positions)
+        outcomes, failures = appliers[number % len(appliers)].apply_isolated(pairs, positions)
         assert failures == []
         for expect in expected.values():
             _event(f"status {expect.status.name}")

@@ -19,6 +19,7 @@ from common.idwindow import LISTPACK_CAP, fingerprint
 from common.periods import Period, PeriodCache, expire_at_ms, no_period_span, parse_period, recent_periods
 from common.results import result_due_ms, result_key
 from common.store.apply import (
+    CLOSED_OP,
     DERIVED,
     SLOT_LOST,
     UNREPORTED,
@@ -42,6 +43,7 @@ from common.store.keys import (
 from common.store.slotmarks import mark_of
 from common.store.topology import Store
 from common.windows import MAX_INSTANCES_PER_CALL as WINDOW_INSTANCES_PER_CALL
+from worker.boardstate import DEFAULT_MAX_CELLS, BoardStates, decidable
 from worker.faults import is_infrastructure
 from worker.rolling_slots import RollingSlots, results_of, unit_window
 
@@ -114,11 +116,6 @@ class Outcome(NamedTuple):  # one per event: a tuple is the cheapest immutable r
 
 
 _FOREVER = 2**62
-# apply.lua refuses an event sent as op `closed` (its board's activity ended) and records it in
-# the fence under this name, so a redelivery is dead-lettered board_closed again, whatever the
-# clock says then; one applied before the end stays a redelivery (or a duplicate)
-BOARD_CLOSED_MARK = "board_closed"
-CLOSED_OP = "closed"
 
 
 class _Slot(NamedTuple):
@@ -254,6 +251,7 @@ class Applier:
         *,
         now_ms: Callable[[], int] = lambda: int(time.time() * 1000),
         epoch: str = "unmanaged",
+        state_cells: int = DEFAULT_MAX_CELLS,
     ) -> None:
         self._client = client
         self._boards = boards
@@ -276,6 +274,8 @@ class Applier:
         self._rolling = RollingSlots(boards.timezone)
         self._registered: set[tuple[str, str, str]] = set()  # (key, board, bucket) written this process
         self._script = ApplyScript()
+        # the boards' state for deciding in the worker (worker/boardstate.py); None: apply.lua decides
+        self.states = BoardStates(state_cells) if state_cells > 0 else None
 
     def _slots(self, board_type: BoardType, ts: int) -> _Slots:
         """The instances an event of `board_type` at `ts` counts in. Consecutive events share
@@ -530,7 +530,7 @@ class Applier:
         for round_ in _rounds(self._chunks(events, positions, failures)):
             wants = [bool(self._boards.hot_windows(chunk.board)) for chunk in round_]
             requests = [self._request(c, w) for c, w in zip(round_, wants, strict=True)]
-            results = self._script.run_many(self._client, requests)
+            results = self._run(requests)
             for chunk, want, reply in zip(round_, wants, results, strict=True):
                 try:
                     outcomes += _decode(chunk, want, reply, self.epoch)
@@ -541,6 +541,28 @@ class Applier:
                     # no trace: re-apply its events one by one, in order, to find the bad ones
                     outcomes += self._narrow(chunk, want, failures)
         return outcomes, failures
+
+    def _run(self, requests: list[ApplyRequest]) -> list[ApplyReply | Exception]:
+        """Chunks the worker can decide go the guarded way (worker/boardstate.py); the rest, and
+        any it sends back, to apply.lua, all of them in one round trip."""
+        results: list[ApplyReply | Exception | None] = [None] * len(requests)
+        states = self.states
+        if states is not None:
+            chosen = [i for i, req in enumerate(requests) if decidable(req)]
+            for i, reply in zip(
+                chosen, states.apply(self._client, [requests[i] for i in chosen]), strict=True
+            ):
+                results[i] = reply
+        rest = [i for i, got in enumerate(results) if got is None]
+        if rest:
+            if states is not None:
+                for i in rest:  # apply.lua changes the board: what the worker kept of it is stale
+                    states.drop(requests[i].keys.board)
+            for i, got in zip(
+                rest, self._script.run_many(self._client, [requests[i] for i in rest]), strict=True
+            ):
+                results[i] = got
+        return [got for got in results if got is not None]
 
     def _narrow(self, chunk: _Chunk, want: bool, failures: list[Failure]) -> list[Outcome]:
         outcomes: list[Outcome] = []

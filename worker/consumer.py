@@ -43,9 +43,10 @@ from common.events import (
     ts_out_of_range,
 )
 from common.kafka_types import MessageLike, consume_available
+from common.store.apply import BOARD_CLOSED_MARK
 from common.store.encoding import Status
 from common.store.replicas import ReplicaWait
-from worker.apply import BOARD_CLOSED_MARK, Applier, EarlierFailure, EpochMismatch, Outcome, Position
+from worker.apply import Applier, EarlierFailure, EpochMismatch, Outcome, Position
 from worker.dlq import DeadLetters
 from worker.faults import is_infrastructure
 from worker.fencing import PredecessorFence

@@ -155,7 +155,10 @@ def build_loop(
         backfill_producer = kafka_producer(settings, {"enable.idempotence": True, "acks": "all"})
         acked = cache_publisher(settings, boards, backfill_producer, client)  # then the preparer's
         publisher = acked.over(outputs)
-    applier = Applier(client, boards, settings.key_prefix, settings.id_window_s, now_ms=clock)
+    applier = Applier(
+        client, boards, settings.key_prefix, settings.id_window_s, now_ms=clock,
+        state_cells=settings.worker_state_cells,
+    )  # fmt: skip
     applier.tie_index = settings.tie_index
     applier.max_future_skew_s = settings.max_future_skew_s
     guard = SourceGuard(
@@ -186,6 +189,8 @@ def build_loop(
     fence = PredecessorFence(settings, client, transactional_id)
     metrics.watch(lambda: outputs.replaced, lambda: len(fence.fenced))
     metrics.watch_blocked(lambda: dict(guard.blocked))  # a copy: the apply thread writes it
+    if applier.states is not None:
+        metrics.watch_states(applier.states.stats)
     loop = WorkerLoop(
         consumer=consumer,
         boards=boards,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from functools import partial
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -10,6 +11,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
+    from worker.boardstate import Stats
     from worker.sources import Blocked
 
 
@@ -90,6 +92,21 @@ class WorkerMetrics:
             registry=r,
         )
 
+        self.state_cells = Gauge(
+            "rankstream_worker_state_cells",
+            "(member, window period) states kept to decide events in the worker",
+            registry=r,
+        )
+        self.state_boards = Gauge("rankstream_worker_state_boards", "Boards whose state is kept", registry=r)
+        self.state_chunks = Gauge(
+            "rankstream_worker_state_chunks",
+            "Board chunks decided in the worker, by how: hit (from the kept state alone), miss (read"
+            " some of the board first), stale (what was kept was found changed when read: read again),"
+            " conflict (the write refused: someone else wrote the board; read and decided again),"
+            " fallback (sent to Redis' script after all)",
+            ["how"],
+            registry=r,
+        )
         self._blocked_now: Callable[[], Mapping[int, Blocked]] = dict
         self._blocked_boards: dict[int, str] = {}
         r.register(_BlockedCollector(self))
@@ -102,6 +119,14 @@ class WorkerMetrics:
     def name_boards(self, boards: Mapping[int, str]) -> None:
         """The board each blocked partition was met on, for the gauge's `board` label."""
         self._blocked_boards.update(boards)
+
+    def watch_states(self, stats: Stats) -> None:
+        """The board states' counts (worker/boardstate.py), read when /metrics is scraped."""
+        self.state_cells.set_function(lambda: stats.cells)
+        self.state_boards.set_function(lambda: stats.boards)
+        counts = (("hit", "hits"), ("miss", "misses"), ("stale", "stale"), ("conflict", "conflicts"))
+        for how, count in (*counts, ("fallback", "fallbacks")):
+            self.state_chunks.labels(how=how).set_function(partial(getattr, stats, count))
 
     def watch(self, producers_replaced: Callable[[], int], predecessors_fenced: Callable[[], int]) -> None:
         """Counts kept by the outputs and the fence, read when /metrics is scraped."""

@@ -36,6 +36,11 @@ SRC = ("FIELD", "TOPIC", "LOW")  # ARGV per source, after the header; then IA pe
 # ARGV per instance, after the sources: BITS -1 = general layout; ROLE and the rest: Rolling below
 IA = ("EXPIRE", "BITS", "BASE", "ROLE", "GROUP", "FROM", "OLD", "NEW", "KEEP", "SEAL")
 
+# apply.lua refuses an event sent as op `closed` (its board's activity ended) and records it in
+# the fence under this name, so a redelivery is dead-lettered board_closed again, whatever the
+# clock says then; one applied before the end stays a redelivery (or a duplicate)
+BOARD_CLOSED_MARK = "board_closed"
+CLOSED_OP = "closed"
 FOREIGN_EPOCH = -1  # the reply's first field when the board's fence belongs to another epoch
 SLOT_LOST = ""  # ForeignEpoch.found when the board has no fence and its slot has lost its mark
 UNREPORTED = MemberState(math.nan, -1)  # apply.lua's '~': no state to publish for this instance

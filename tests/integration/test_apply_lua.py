@@ -11,6 +11,7 @@ from common.boards import parse_boards
 from common.events import Op, UpdateEvent
 from common.store.apply import ApplyScript
 from common.store.encoding import MemberState, Status, decode_member, tie_mode
+from common.store.guarded import GuardedScript
 from common.store.keys import BoardKeys
 from tests.redis_layout import read_general
 from worker.apply import Applier
@@ -164,8 +165,16 @@ def test_period_keys_expire_and_late_events_skip_closed_periods(applier, rclient
 
 
 def test_noscript_fallback_after_script_flush(applier, rclient, settings):
+    """Both scripts a worker runs are loaded again after a SCRIPT FLUSH: the guarded writes of
+    events it decides, and apply.lua (a worker keeping no board state sends it everything)."""
     rclient.script_flush()
     assert applier.apply([(ev("desc_first:ns", "m", 1), NOW)])[0].status is Status.APPLIED
+    assert rclient.script_exists(GuardedScript().lua.sha) == [True]
+    rclient.script_flush()
+    stateless = Applier(
+        rclient, parse_boards(CONFIG), settings.key_prefix, 60_000, now_ms=lambda: NOW, state_cells=0
+    )
+    assert stateless.apply([(ev("desc_first:ns", "m", 1, eid="again"), NOW)])[0].status is Status.APPLIED
     assert rclient.script_exists(ApplyScript().lua.sha) == [True]
 
 

@@ -445,8 +445,10 @@ class ScriptStub:
 
 
 def install_script(applier: Applier, script: ScriptStub) -> None:
-    """The applier calls `self._script.run_many(self._client, requests)`."""
+    """The applier calls `self._script.run_many(self._client, requests)`; it keeps no board state
+    (with it, chunks it decides itself would go to Redis instead of the stub)."""
     object.__setattr__(applier, "_script", script)
+    applier.states = None
 
 
 class ExplodingPeriods(PeriodCache):

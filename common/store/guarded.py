@@ -1,0 +1,166 @@
+"""guarded.lua's typed wrapper: a board's decided writes (`GuardedWrite`) in, `GuardReply` out.
+
+The worker decides a chunk's outcome from what it knows of the board (worker/decide.py); Redis
+runs the writes only if the board is still as the worker read it: the same seq, the same fence
+fields, the same directory lengths (a split comes with a seq change), and none of the chunk's id
+fingerprints applied within the id window. The script's layout (KEYS and ARGV positions) is this
+module's alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from common.store.apply import SLOT_LOST
+from common.store.keys import BoardKeys
+from common.store.scripts import ArgT, Call, load_script
+from common.store.topology import Store
+
+K = ("SEQ", "FENCE", "SLOT", "MOVING")  # then the keys the checks and writes name by position
+G = ("EXPECT", "EPOCH", "MARKED", "NEW_SEQ", "NOTIFY", "MESSAGE", "WINDOW", "CAP", "NF", "ND", "NG", "NO")
+LAYOUTS = (("K", K), ("G", G))
+
+
+class Command(NamedTuple):
+    """One command on one key of the board."""
+
+    name: str
+    key: str
+    args: tuple[ArgT, ...]
+
+
+class IdBucket(NamedTuple):
+    """Fingerprints added to one id window bucket (depth and prefix: where it sits in its directory)."""
+
+    key: str
+    depth: int
+    prefix: int
+    fingerprints: tuple[bytes, ...]
+
+
+class IndexBucket(NamedTuple):
+    """A tie index bucket's changes: fields dropped, (field, tie) pairs set."""
+
+    key: str
+    directory: str
+    depth: int
+    prefix: int
+    expire_at_ms: int  # 0 = never
+    drop: tuple[str, ...]
+    put: tuple[tuple[str, int], ...]
+
+
+Write = Command | IdBucket | IndexBucket
+
+
+@dataclass
+class GuardedWrite:
+    keys: BoardKeys
+    expect_seq: int  # the seq the worker read
+    epoch: str
+    slot_mark: str  # "" = one server: not checked
+    fence: Sequence[tuple[str, str]]  # (field, value read; '' = absent)
+    directories: Sequence[tuple[str, int]]  # (directory key, length read)
+    checks: Sequence[tuple[str, Sequence[bytes]]]  # (id bucket key, fingerprints that must be new)
+    writes: Sequence[Write]
+    new_seq: int | None  # None: the seq stays
+    notify: str  # a message for the board's change channel; '' = nothing changed
+    id_window_s: int
+    listpack_cap: int
+    _keys: list[str] = field(default_factory=list)
+    _positions: dict[str, int] = field(default_factory=dict)
+
+    def position(self, key: str) -> int:
+        at = self._positions.get(key)
+        if at is None:
+            self._keys.append(key)
+            at = self._positions[key] = len(K) + len(self._keys)
+        return at
+
+    def call(self) -> Call:
+        keys = self.keys
+        head: dict[str, ArgT] = {
+            "EXPECT": self.expect_seq,
+            "EPOCH": self.epoch,
+            "MARKED": "1" if self.slot_mark else "0",
+            "NEW_SEQ": "" if self.new_seq is None else self.new_seq,
+            "NOTIFY": keys.changes if self.notify else "",
+            "MESSAGE": self.notify,
+            "WINDOW": self.id_window_s,
+            "CAP": self.listpack_cap,
+            "NF": len(self.fence),
+            "ND": len(self.directories),
+            "NG": len(self.checks),
+            "NO": len(self.writes),
+        }
+        args: list[ArgT] = [head[name] for name in G]
+        for name, value in self.fence:
+            args += [name, value]
+        for directory, length in self.directories:
+            args += [self.position(directory), length]
+        for bucket, fps in self.checks:
+            args += [self.position(bucket), len(fps), *fps]
+        for w in self.writes:
+            if isinstance(w, Command):
+                args += ["c", w.name, self.position(w.key), len(w.args), *w.args]
+            elif isinstance(w, IdBucket):
+                ids = self.position(keys.id_window)
+                args += ["i", self.position(w.key), ids, w.depth, w.prefix, len(w.fingerprints)]
+                args += w.fingerprints
+            else:
+                index = self.position(w.directory)
+                args += ["t", self.position(w.key), index, w.depth, w.prefix, w.expire_at_ms]
+                args += [len(w.drop), *w.drop, len(w.put)]
+                for member, tie in w.put:
+                    args += [member, tie]
+        board = [keys.seq, keys.fence, self.slot_mark or keys.fence, keys.moving]
+        return Call([*board, *self._keys], args)
+
+
+class Written(NamedTuple):
+    directories: dict[str, bytes]  # directory key -> its value, for each a split changed
+
+
+class Conflict(NamedTuple):
+    """Someone else wrote the board since the worker read it: nothing was written."""
+
+
+class Duplicates(NamedTuple):
+    """These fingerprints were applied less than the id window ago: nothing was written."""
+
+    fingerprints: frozenset[bytes]
+
+
+class Foreign(NamedTuple):
+    """The board's fence belongs to another epoch (or, SLOT_LOST, its slot lost its data)."""
+
+    found: str
+
+
+GuardReply = Written | Conflict | Duplicates | Foreign
+
+
+class GuardedScript:
+    def __init__(self) -> None:
+        self.lua = load_script("guarded", LAYOUTS)
+
+    @staticmethod
+    def decode(req: GuardedWrite, reply: list[Any]) -> GuardReply:
+        kind = int(reply[0])
+        if kind == 1:
+            keys = {at: key for key, at in req._positions.items()}
+            return Written({keys[int(reply[j])]: bytes(reply[j + 1]) for j in range(1, len(reply), 2)})
+        if kind == 0:
+            return Conflict()
+        if kind == 2:
+            return Duplicates(frozenset(bytes(fp) for fp in reply[1:]))
+        found = reply[1]
+        return Foreign(found.decode() if isinstance(found, bytes) and found else SLOT_LOST)
+
+    def run_many(self, client: Store, reqs: Sequence[GuardedWrite]) -> list[GuardReply | Exception]:
+        """Every request in one round trip; a refused call comes back as its error (it wrote
+        nothing: the script checks before its first write)."""
+        raw = self.lua.run_many(client, [r.call() for r in reqs], raise_on_error=False)
+        return [r if isinstance(r, Exception) else self.decode(q, r) for q, r in zip(reqs, raw, strict=True)]

@@ -1,0 +1,225 @@
+"""Events the worker decides itself (worker/decide.py, guarded.lua): Redis ends byte for byte as
+apply.lua leaves it, and the guard is what keeps a worker from acting on a stale state of a board
+(a second worker, a zombie, apply.lua's writes): each test runs once more without the guard (its
+expected seq and fence replaced by what Redis holds) and shows the result then is wrong."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+from unittest import mock
+
+import pytest
+import redis
+
+from common.boards import parse_boards
+from common.events import Op, UpdateEvent
+from common.store.encoding import Status
+from common.store.guarded import GuardedWrite
+from common.store.keys import BoardKeys, index_expiry
+from common.store.scripts import Call
+from tests.helpers import BOTH_TOPOLOGIES, wait_for
+from worker.apply import Applier, Position, Source
+
+pytestmark = pytest.mark.integration
+
+CONFIG = """
+timezone: UTC
+types:
+  g: {windows: [total, day, week]}
+  asc: {windows: [total, hour], order: asc, tie_break: last}
+  r: {windows: [total, day], score_range: [-1000, 1000000]}
+  n: {windows: [total], tie_break: none}
+hot:
+  - board: g:hot
+"""
+BOARDS = parse_boards(CONFIG)
+SRC = [Source("t", p, "topic-id", -1) for p in range(3)]
+
+
+def applier(
+    client: redis.Redis, prefix: str, cells: int = 1_000_000, cap: int = 128, window_s: int = 3600
+) -> Applier:
+    a = Applier(client, BOARDS, prefix, window_s, epoch="E", state_cells=cells)
+    a.listpack_cap = cap
+    return a
+
+
+def ev(
+    board: str, member: str, score: float, eid: str, *, op: Op = Op.INCR, meta: bytes | None = None
+) -> UpdateEvent:
+    return UpdateEvent(
+        id=eid,
+        board=board,
+        board_type=board.split(":", maxsplit=1)[0],
+        member=member,
+        op=op,
+        score=score,
+        ts=None,
+        meta=meta,
+    )
+
+
+def score(client: Any, prefix: str, board: str, member: str) -> float | None:
+    keys = BoardKeys(prefix, board)
+    for encoded, value in client.zrange(keys.rank("total"), 0, -1, withscores=True):
+        if encoded.decode().endswith(member):
+            return float(value)
+    return None
+
+
+@contextmanager
+def unguarded(client: Any) -> Iterator[None]:
+    """The guard taken away: every guarded write expects what Redis holds at the moment."""
+    real = GuardedWrite.call
+
+    def call(self: GuardedWrite) -> Call:
+        self.expect_seq = int(client.get(self.keys.seq) or 0)
+        held = client.hmget(self.keys.fence, [f for f, _ in self.fence]) if self.fence else []
+        self.fence = [(f, (v or b"").decode()) for (f, _), v in zip(self.fence, held, strict=True)]
+        self.directories = [(d, client.strlen(d)) for d, _ in self.directories]
+        return real(self)
+
+    with mock.patch.object(GuardedWrite, "call", call):
+        yield
+
+
+NOW = int(time.time() * 1000)
+
+
+def _turns(client: redis.Redis, prefix: str) -> tuple[float | None, int]:
+    """Worker A keeps the board's state, B writes the board from another partition, A writes again."""
+    a, b = applier(client, prefix), applier(client, prefix)
+    board = "g:turns"
+    a.apply([(ev(board, "m", 1, "1"), NOW)], [Position(SRC[0], 0, None)])
+    b.apply([(ev(board, "m", 1, "2"), NOW)], [Position(SRC[1], 0, None)])
+    a.apply([(ev(board, "m", 1, "3"), NOW)], [Position(SRC[0], 1, None)])
+    assert a.states is not None
+    return score(client, prefix, board, "m"), a.states.stats.conflicts
+
+
+@BOTH_TOPOLOGIES
+def test_a_state_another_worker_changed_is_read_again(rclient, settings):
+    # A's write is refused once, then A reads the board and decides again
+    assert _turns(rclient, settings.key_prefix + "a:") == (3, 1)
+    with unguarded(rclient):
+        assert _turns(rclient, settings.key_prefix + "b:") == (2, 0)  # A added 1 to what it remembered
+
+
+def _zombie(client: redis.Redis, prefix: str) -> tuple[list[Status], float | None]:
+    """A applied offsets 0-4 of a partition; it moved to B, which applied 0-14; A, not yet told,
+    applies 5-9 again from what it kept (a fence at 4), after the 1 s id window: only the fence
+    can tell them from new events."""
+    a, b = applier(client, prefix, window_s=1), applier(client, prefix, window_s=1)
+    board = "g:zombie"
+    events = [(ev(board, "m", 1, f"z{i}"), NOW) for i in range(15)]
+    where = [Position(SRC[0], i, None) for i in range(15)]
+    a.apply(events[:5], where[:5])
+    b.apply(events, where)
+    applied_at = int(client.time()[0])
+    wait_for(lambda: int(client.time()[0]) >= applied_at + 2, 10, "the id window to pass")
+    late = a.apply(events[5:10], where[5:10])
+    return [o.status for o in late], score(client, prefix, board, "m")
+
+
+@BOTH_TOPOLOGIES
+def test_a_zombie_with_a_stale_fence_changes_nothing(rclient, settings):
+    statuses, total = _zombie(rclient, settings.key_prefix + "a:")
+    assert statuses == [Status.REDELIVERED] * 5
+    assert total == 15
+    with unguarded(rclient):
+        statuses, total = _zombie(rclient, settings.key_prefix + "b:")
+    assert statuses == [Status.APPLIED] * 5  # counted twice...
+    assert total == 10  # ...onto what A remembered: B's last five lost
+
+
+def test_an_id_another_worker_applied_is_a_duplicate(rclient, settings):
+    """The id window is checked by Redis whatever the worker kept: a producer retry that landed
+    on another partition (another worker) is a duplicate, and one the worker itself applied too."""
+    prefix = settings.key_prefix
+    a, b = applier(rclient, prefix), applier(rclient, prefix)
+    board = "g:ids"
+    assert (
+        a.apply([(ev(board, "m", 1, "same"), NOW)], [Position(SRC[0], 0, None)])[0].status is Status.APPLIED
+    )
+    got = b.apply([(ev(board, "m", 1, "same"), NOW)], [Position(SRC[1], 0, None)])
+    assert got[0].status is Status.DUPLICATE
+    got = a.apply([(ev(board, "m", 1, "same"), NOW)], [Position(SRC[2], 0, None)])
+    assert got[0].status is Status.DUPLICATE
+    assert score(rclient, prefix, board, "m") == 1
+
+
+def _dump(client: Any, prefix: str) -> dict[str, Any]:
+    """Every key under the prefix (without it): its value, and whether it expires (id window
+    entries hold the second they were applied: their members only)."""
+    out: dict[str, Any] = {}
+    for raw in client.scan_iter(match=f"{prefix}*", count=1000):
+        key = raw.decode()
+        kind = client.type(raw).decode()
+        ids = ":i:" in key or key.endswith(":i")
+        value: Any
+        if kind == "string":
+            value = client.get(raw)
+        elif kind == "hash":
+            value = client.hgetall(raw)
+        elif kind == "zset":
+            rows = client.zrange(raw, 0, -1, withscores=True)
+            value = sorted(m for m, _ in rows) if ids else rows
+        else:
+            value = kind
+        expiry = client.pexpiretime(raw)
+        if ":t:" in key and expiry > 0:  # a tie index key expires after its period, spread by its name
+            expiry -= index_expiry(1, key) - 1
+        out[key.removeprefix(prefix)] = (value, expiry > 0 if ids else expiry)
+    return out
+
+
+@BOTH_TOPOLOGIES
+@pytest.mark.parametrize("seed", [1, 2])
+def test_redis_holds_what_apply_lua_leaves_through_splits_and_turns(rclient, settings, seed):
+    """A random stream over every layout (general, ascending, declared range, no tie) and a hot
+    board, ids repeated, messages redelivered, small buckets (cap 4: the id window's and the tie
+    indexes' directories split); once through apply.lua alone, once through three workers taking
+    turns (two deciding, one not). Same replies, same keys, same values."""
+    rng = random.Random(seed)
+    boards = ["g:a", "g:hot", "asc:b", "r:c", "n:d"]
+    members = [f"m{i}" for i in range(60)]
+    stream: list[tuple[UpdateEvent, int]] = []
+    for i in range(1500):
+        board = rng.choice(boards)
+        op = rng.choice([Op.INCR, Op.INCR, Op.INCR, Op.SET, Op.BEST, Op.DELETE])
+        value = float(rng.choice([1, 2, 5, -3, 0.5, 2_000_000]))
+        meta = rng.choice([None, None, b'{"n": 1}'])
+        eid = f"e{rng.randrange(1200)}" if rng.random() < 0.1 else f"e{i}"
+        stream.append(
+            (ev(board, rng.choice(members), value, eid, op=op, meta=meta), NOW - rng.randrange(3_600_000))
+        )
+    where = [Position(SRC[i % 2], i // 2, None) for i in range(len(stream))]
+    batches = [(s, min(s + rng.randrange(1, 300), len(stream))) for s in range(0, len(stream), 150)]
+    batches += [(s, min(s + 100, len(stream))) for s in range(0, 500, 100)]  # redelivered
+
+    def run(prefix: str, turns: list[Applier]) -> list[tuple[Any, ...]]:
+        replies = []
+        for n, (start, stop) in enumerate(batches):
+            out = turns[n % len(turns)].apply(stream[start:stop], where[start:stop])
+            replies += [
+                (o.event.id, o.event.board, o.status, o.seq, o.states, o.meta, o.failed_as) for o in out
+            ]
+        return replies
+
+    lua = run(settings.key_prefix + "lua:", [applier(rclient, settings.key_prefix + "lua:", cells=0, cap=4)])
+    prefix = settings.key_prefix + "dec:"
+    deciding = [
+        applier(rclient, prefix, cap=4),
+        applier(rclient, prefix, cap=4),
+        applier(rclient, prefix, cells=0, cap=4),
+    ]
+    decided = run(prefix, deciding)
+    assert decided == lua
+    assert _dump(rclient, prefix) == _dump(rclient, settings.key_prefix + "lua:")
+    stats = [a.states.stats for a in deciding[:2] if a.states is not None]
+    assert sum(s.conflicts + s.stale for s in stats) > 0  # the turns made them meet changed boards
+    assert sum(s.hits for s in stats) > 0

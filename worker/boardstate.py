@@ -1,0 +1,374 @@
+"""The worker's state of the boards it applies, and the guarded path that uses it.
+
+For a chunk `decidable` accepts, the worker decides the outcome itself (worker/decide.py) from
+the board's state it keeps here, reading from Redis only what it lacks (natives, pipelined over
+every board of the round: the seq, the fence, directories, then members' ties and scores), and
+Redis runs the decided writes behind guarded.lua's check. A board's state is kept while its seq
+is the one the worker last wrote or read: a check that fails (someone else wrote the board: a
+second worker, a zombie, apply.lua) drops it, the chunk is read and decided again, at most
+MAX_TRIES times, then sent to apply.lua like every other chunk.
+
+The states are bounded (`max_cells`, members x instances plus hot boards' metas, least recently
+used boards first out); `Stats` counts what happened for the worker's metrics.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from common.events import Op
+from common.store.apply import ApplyReply, ApplyRequest, ForeignEpoch, Instance
+from common.store.encoding import TieMode, encode_member
+from common.store.guarded import Conflict, Duplicates, Foreign, GuardedScript, GuardReply, Written
+from common.store.topology import Store
+from worker.decide import (
+    ABSENT,
+    BoardState,
+    Decision,
+    InstanceState,
+    Undecidable,
+    bucket,
+    decide,
+    string_slot,
+)
+
+_log = logging.getLogger(__name__)
+MAX_TRIES = 4  # guarded attempts of one chunk before it goes to apply.lua
+DEFAULT_MAX_CELLS = 1_000_000
+_NOT_DECIDED = frozenset({Op.ERASE.value, Op.RESET.value, "derive", "rebuild"})
+
+
+@dataclass
+class Stats:
+    hits: int = 0  # chunks decided from the kept state alone
+    misses: int = 0  # chunks that read some of the board first
+    conflicts: int = 0  # guarded writes refused: someone else wrote the board
+    stale: int = 0  # kept states found changed when the board was read (someone else wrote it)
+    fallbacks: int = 0  # chunks sent to apply.lua after all
+    cells: int = 0  # what the kept states hold now
+    boards: int = 0
+
+
+def decidable(req: ApplyRequest) -> bool:
+    """Chunks the worker decides: windows total, calendar, fixed, seasons; events, not control ops."""
+    return (
+        req.max_members == 0
+        and req.legacy_ttl_ms == 0
+        and req.tie_index
+        and all(inst.rolling is None and not inst.sealable for inst in req.instances)
+        and not any(ev.op in _NOT_DECIDED for ev in req.events)
+    )
+
+
+@dataclass
+class _Need:
+    """What one chunk lacks of its board's state."""
+
+    req: ApplyRequest
+    state: BoardState | None
+    seq: int = -1
+    instances: list[str] = field(default_factory=list)
+    members: dict[str, list[str]] = field(default_factory=dict)  # instance -> members to read
+    metas: list[str] = field(default_factory=list)
+    fields: list[str] = field(default_factory=list)
+
+
+def _instance(req: ApplyRequest, name: str) -> Instance:
+    return next(x for x in req.instances if x.name == name)
+
+
+def _members(req: ApplyRequest) -> dict[str, list[str]]:
+    """Per instance, the members of the chunk's events (not failure records) in it."""
+    out: dict[str, dict[str, None]] = {inst.name: {} for inst in req.instances}
+    names = [inst.name for inst in req.instances]
+    for ev in req.events:
+        if ev.op == "x":
+            continue
+        mask, i = ev.mask, 0
+        while mask:
+            if mask & 1:
+                out[names[i]][ev.member] = None
+            mask >>= 1
+            i += 1
+    return {name: list(members) for name, members in out.items()}
+
+
+class BoardStates:
+    def __init__(self, max_cells: int = DEFAULT_MAX_CELLS) -> None:
+        self.max_cells = max_cells
+        self.stats = Stats()
+        self._states: OrderedDict[str, BoardState] = OrderedDict()
+        self._sizes: dict[str, int] = {}
+        self._script = GuardedScript()
+
+    def drop(self, board: str) -> None:
+        self._states.pop(board, None)
+        self.stats.cells -= self._sizes.pop(board, 0)
+        self.stats.boards = len(self._states)
+
+    def drop_all(self) -> None:
+        """Forget every board (the worker's partitions changed hands, or Redis was replaced)."""
+        self._states.clear()
+        self._sizes.clear()
+        self.stats.cells = self.stats.boards = 0
+
+    def _keep(self, board: str, state: BoardState) -> None:
+        self.drop(board)
+        # a period past its expiry takes no more events: its members go (the state grows with
+        # the board's live periods, not with its history)
+        now = time.time() * 1000
+        for name in [n for n, inst in state.instances.items() if 0 < inst.expire_at_ms < now]:
+            del state.instances[name]
+        size = state.size()
+        if size > self.max_cells:
+            return
+        self._states[board] = state
+        self._sizes[board] = size
+        self.stats.cells += size
+        while self.stats.cells > self.max_cells and self._states:
+            self.drop(next(iter(self._states)))
+        self.stats.boards = len(self._states)
+
+    def apply(self, client: Store, reqs: Sequence[ApplyRequest]) -> list[ApplyReply | None]:
+        """Each chunk's replies, or None for one to send to apply.lua. Raises what the reads raise
+        (an infrastructure fault: the caller retries the batch; the states are dropped)."""
+        out: list[ApplyReply | None] = [None] * len(reqs)
+        todo = list(range(len(reqs)))
+        applied: dict[int, set[bytes]] = {}
+        for _ in range(MAX_TRIES):
+            if not todo:
+                break
+            try:
+                self._read(client, [reqs[i] for i in todo])
+            except Exception:
+                for i in todo:
+                    self.drop(reqs[i].keys.board)
+                raise
+            decisions: dict[int, Decision] = {}
+            for i in todo:
+                state = self._states.get(reqs[i].keys.board)
+                try:
+                    if state is None:
+                        raise Undecidable("no state")  # noqa: TRY301 - one path for every refusal
+                    decisions[i] = decide(reqs[i], state, applied.get(i, ()))
+                except Undecidable:
+                    self.drop(reqs[i].keys.board)
+                    self.stats.fallbacks += 1
+            order = list(decisions)
+            replies = self._script.run_many(client, [decisions[i].write for i in order])
+            todo = []
+            for i, reply in zip(order, replies, strict=True):
+                again, out[i] = self._settle(
+                    reqs[i].keys.board, decisions[i], reply, applied.setdefault(i, set())
+                )
+                if again:
+                    todo.append(i)
+        self.stats.fallbacks += len(todo)
+        for i in todo:
+            self.drop(reqs[i].keys.board)
+        return out
+
+    def _settle(
+        self, board: str, decision: Decision, reply: GuardReply | Exception, applied: set[bytes]
+    ) -> tuple[bool, ApplyReply | None]:
+        """(decide it again?, its replies) after guarded.lua's answer."""
+        if isinstance(reply, Written):
+            self._commit(board, decision, reply)
+            return False, decision.replies
+        if isinstance(reply, Duplicates):  # the kept state holds: only these ids are known now
+            applied.update(reply.fingerprints)
+            return True, None
+        self.drop(board)
+        if isinstance(reply, Conflict):
+            self.stats.conflicts += 1
+            return True, None
+        if isinstance(reply, Foreign):
+            return False, ForeignEpoch(reply.found)
+        self.stats.fallbacks += 1  # an error reply: apply.lua's path finds out which event, or raises
+        return False, None
+
+    def _commit(self, board: str, d: Decision, reply: Written) -> None:
+        state = self._states.get(board)
+        if state is None:
+            return
+        state.seq = d.seq
+        state.fence.update(d.fence)
+        for name, cells in d.cells.items():
+            state.instances[name].cells.update(cells)
+        state.metas.update(d.metas)
+        req = d.write
+        for key, value in reply.directories.items():
+            if key == req.keys.id_window:
+                state.id_directory = value
+            else:
+                for name, inst in state.instances.items():
+                    if req.keys.tie_index(name) == key:
+                        inst.directory = value
+        self._keep(board, state)
+
+    # -- reads ---------------------------------------------------------------------------------
+
+    def _read(self, client: Store, reqs: Sequence[ApplyRequest]) -> None:
+        """Make each chunk's board state hold what the chunk needs (dropping a state whose seq
+        moved, then reading the board afresh); a chunk that can't be decided has none after."""
+        needs = [self._need(r) for r in reqs]
+        needs = [
+            n
+            for n in needs
+            if n.state is None or n.instances or n.fields or n.metas or any(n.members.values())
+        ]
+        self.stats.hits += len(reqs) - len(needs)
+        self.stats.misses += len(needs)
+        for _ in range(2):
+            if not needs:
+                return
+            self._read_boards(client, needs)
+            stale = [n for n in needs if n.state is not None and n.seq != n.state.seq]
+            self.stats.stale += len(stale)
+            for n in stale:
+                self.drop(n.req.keys.board)
+            fresh = [n for n in needs if n not in stale]
+            self._read_members(client, fresh)
+            needs = [self._need(n.req) for n in stale]
+        for n in needs:
+            self.drop(n.req.keys.board)
+
+    def _need(self, req: ApplyRequest) -> _Need:
+        state = self._states.get(req.keys.board)
+        if state is not None:
+            self._states.move_to_end(req.keys.board)
+        need = _Need(req, state)
+        members = _members(req)
+        for src in req.sources:
+            for f in (src.field, src.field + "!r"):
+                if state is None or f not in state.fence:
+                    need.fields.append(f)
+        for name, wanted in members.items():
+            inst = state.instances.get(name) if state is not None else None
+            if inst is None:
+                need.instances.append(name)
+                need.members[name] = wanted
+            else:
+                missing = [m for m in wanted if m not in inst.cells]
+                if missing:
+                    need.members[name] = missing
+        if req.want_state:
+            have = state.metas if state is not None else {}
+            need.metas = list(
+                {ev.member: None for ev in req.events if ev.op != "x" and ev.member not in have}
+            )
+        return need
+
+    def _read_boards(self, client: Store, needs: Sequence[_Need]) -> None:
+        """One round trip: each board's seq, the fence fields and directories it lacks, whether
+        its new instances are in the layout this path writes, the metas it lacks."""
+        pipe = client.pipeline(transaction=False)
+        for n in needs:
+            keys = n.req.keys
+            pipe.get(keys.seq)
+            pipe.hmget(keys.fence, ["e", *n.fields])
+            pipe.get(keys.id_window)
+            for name in n.instances:
+                packed = _instance(n.req, name).packing is not None
+                pipe.get(keys.tie_index(name))
+                pipe.exists(keys.state(name), keys.overflow(name, packed))
+                pipe.pexpiretime(keys.rank(name, packed))
+            if n.metas:
+                pipe.hmget(keys.meta, n.metas)
+        got = iter(pipe.execute())
+        for n in needs:
+            self._take_board(n, got)
+
+    def _take_board(self, n: _Need, got: Iterator[Any]) -> None:
+        n.seq = int(next(got) or 0)
+        fence: list[Any] = next(got)
+        id_dir = next(got) or b""
+        layouts: dict[str, InstanceState | None] = {}
+        for name in n.instances:
+            inst = _instance(n.req, name)
+            directory, foreign, expires = next(got) or b"", int(next(got)), int(next(got))
+            # a state hash (an earlier release's layout), an overflow zset (max_members removed),
+            # an expiry that moved (retention changed): apply.lua's to handle
+            moved = inst.expire_at_ms and expires > 0 and expires != inst.expire_at_ms
+            layouts[name] = (
+                None if foreign or moved else InstanceState(inst.packing, directory, inst.expire_at_ms)
+            )
+        metas = [m.decode() if m else "" for m in next(got)] if n.metas else []
+        if n.state is not None and n.seq != n.state.seq:
+            return  # stale: dropped and read afresh by the caller
+        if any(layout is None for layout in layouts.values()):
+            self.drop(n.req.keys.board)
+            n.state = None
+            return
+        state = n.state
+        if state is None:
+            state = BoardState(n.seq, {"e": fence[0].decode() if fence[0] else ""}, id_dir)
+            self._states[n.req.keys.board] = state
+        for f, value in zip(n.fields, fence[1:], strict=True):
+            state.fence[f] = value.decode() if value else ""
+        state.instances.update({name: layout for name, layout in layouts.items() if layout is not None})
+        state.metas.update(zip(n.metas, metas, strict=True))
+        n.state = state
+
+    def _read_members(self, client: Store, needs: Sequence[_Need]) -> None:
+        """Two round trips: the ties of the members the tie indexes know (packed instances: their
+        scores), then the scores of those entries."""
+        reads = client.pipeline(transaction=False)
+        plan: list[tuple[InstanceState, str, list[str], TieMode]] = []  # (instance, rank key, members, mode)
+        for n in needs:
+            if n.state is None:
+                continue
+            keys = n.req.keys
+            for name, members in n.members.items():
+                inst = n.state.instances[name]
+                rank = keys.rank(name, inst.packing is not None)
+                if inst.packing is not None:
+                    reads.zmscore(rank, members)
+                    plan.append((inst, rank, members, n.req.mode))
+                    continue
+                groups: dict[str, list[str]] = {}
+                for m in members:
+                    groups.setdefault(
+                        bucket(inst.directory, keys.tie_index(name), string_slot(m))[0], []
+                    ).append(m)
+                for key, group in groups.items():
+                    reads.hmget(key, group)
+                    plan.append((inst, rank, group, n.req.mode))
+        if not plan:
+            return
+        pipe = client.pipeline(transaction=False)
+        ties: list[tuple[InstanceState, list[tuple[str, int]]]] = []
+        for (inst, rank, members, mode), got in zip(plan, reads.execute(), strict=True):
+            present = _take_ties(inst, members, got)
+            if present:
+                pipe.zmscore(rank, [encode_member(mode, t, m) for m, t in present])
+                ties.append((inst, present))
+        if not ties:
+            return
+        for (inst, present), got in zip(ties, pipe.execute(), strict=True):
+            for (m, t), score in zip(present, got, strict=True):
+                # an entry the index names but the zset lacks is absent (its index field goes
+                # when the member is written: apply.lua's prefetch_indexed)
+                inst.cells[m] = (None, 0, t) if score is None else (float(score), t, t)
+
+
+def _take_ties(inst: InstanceState, members: list[str], got: list[Any]) -> list[tuple[str, int]]:
+    """A packed instance's members (their packed scores are their state), or a general one's
+    absent members; returns the general instance's members the tie index knows, with their tie."""
+    if inst.packing is not None:
+        for m, value in zip(members, got, strict=True):
+            st = None if value is None else inst.packing.unpack(value)
+            inst.cells[m] = ABSENT if st is None else (st.score, st.tie_ms, st.tie_ms)
+        return []
+    present = []
+    for m, t in zip(members, got, strict=True):
+        if t is None:
+            inst.cells[m] = ABSENT
+        else:
+            present.append((m, int(t)))
+    return present

@@ -1,0 +1,404 @@
+"""A board chunk's outcome, decided in the worker: what apply.lua decides, from the worker's own
+state of the board (worker/boardstate.py) instead of inside Redis.
+
+For boards whose windows are total, calendar, fixed-length periods and seasons (no rolling
+window, no emitted result, no max_members, no previous release's layout to adopt) and for
+events, not erase or reset: those still go through apply.lua. `decide` is pure: it reads the
+board's state and returns the per-event replies apply.lua would have returned, the writes that
+make Redis agree (common/store/guarded.py), and the state after them, which the caller keeps once
+Redis took the writes. The rules are apply.lua's, in its order: the offset fence, the failure
+records, the id window (assumed new unless known applied: the script checks), a closed board's
+refusal, then per instance incr/set/best/delete with the declared score range.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from common.events import Op
+from common.idwindow import LISTPACK_CAP
+from common.store.apply import BOARD_CLOSED_MARK, CLOSED_OP, ApplyEvent, ApplyRequest, EventReply
+from common.store.encoding import (
+    EXACT_MAX,
+    MemberState,
+    Packing,
+    Status,
+    TieMode,
+    encode_member,
+    format_score,
+)
+from common.store.guarded import Command, GuardedWrite, IdBucket, IndexBucket, Write
+
+# a member's state in one instance: (score, tie ms) or None if absent; and the tie of its entry
+# in Redis (the tie index's, or the packed score's), None if Redis holds no entry
+Cell = tuple[float | None, int, int | None]
+ABSENT: Cell = (None, 0, None)
+_GONE = frozenset({Op.DELETE.value, Op.ERASE.value})
+_SLOT_PRIME = 16_777_213  # xhash.lua XH.string_slot
+
+
+class Undecidable(Exception):
+    """The chunk needs apply.lua (the caller sends it there); nothing was decided."""
+
+
+@dataclass
+class InstanceState:
+    """What the worker knows of one window instance: its layout and its members' cells."""
+
+    packing: Packing | None
+    directory: bytes  # its tie index's directory (general layout; b'' = one bucket)
+    expire_at_ms: int  # 0 = never
+    cells: dict[str, Cell] = field(default_factory=dict)
+
+
+@dataclass
+class BoardState:
+    """The board as Redis held it at `seq`; the caller keeps it only while no one else writes it."""
+
+    seq: int
+    fence: dict[str, str]  # fence field -> value ('' = absent): 'e' and the sources' fields
+    id_directory: bytes
+    instances: dict[str, InstanceState] = field(default_factory=dict)
+    metas: dict[str, str] = field(default_factory=dict)  # hot boards: member -> meta ('' = none)
+
+    def size(self) -> int:
+        return sum(len(inst.cells) for inst in self.instances.values()) + len(self.metas)
+
+
+@dataclass
+class Decision:
+    replies: list[EventReply]
+    write: GuardedWrite
+    # the state after the writes: per instance the changed cells, the changed metas, fence, seq
+    cells: dict[str, dict[str, Cell]]
+    metas: dict[str, str]
+    fence: dict[str, str]
+    seq: int
+    id_directory_length: int
+
+
+def bytes_slot(fp: bytes) -> int:
+    return fp[0] + fp[1] * 256 + fp[2] * 65536
+
+
+def string_slot(s: str) -> int:
+    h = 5381
+    for byte in s.encode():
+        h = (h * 33 + byte) % _SLOT_PRIME
+    return h
+
+
+def bucket(directory: bytes, dir_key: str, value: int) -> tuple[str, int, int]:
+    """xhash.lua XH.bucket: the key, depth and prefix of the bucket holding slot value `value`."""
+    n = len(directory)
+    if n == 0:
+        return f"{dir_key}:0:0", 0, 0
+    d = directory[value % n]
+    p = value % (1 << d)
+    return f"{dir_key}:{d}:{p}", d, p
+
+
+def pack(p: Packing, score: float, tie: int) -> float:
+    """encoding.lua ENC.pack, in the same double arithmetic."""
+    if p.bits == 0:
+        return score
+    off = tie - p.base_ms
+    scale = float(1 << p.bits)
+    if p.inv:
+        off = int(scale) - 1 - off
+    return score * scale + off
+
+
+def packed_tie(p: Packing, tie: int) -> int:
+    """encoding.lua ENC.packed_tie: an event time outside the packed period can't be ordered."""
+    if p.bits == 0:
+        return 0
+    off = tie - p.base_ms
+    if off < 0 or off >= (1 << p.bits):
+        raise Undecidable(f"tie {tie} is outside the packed period from {p.base_ms}")
+    return tie
+
+
+_REJECTED = re.compile(r"(\d+):(\d+):?([A-Za-z0-9_]*)")
+
+
+@dataclass
+class _Source:
+    field: str
+    topic: str
+    offset: int
+    where: int
+    rejected: dict[str, str]
+    had_rejections: bool
+    changed: bool = False
+
+
+def _sources(req: ApplyRequest, fence: dict[str, str]) -> list[_Source]:
+    out = []
+    for src in req.sources:
+        value, rej = fence.get(src.field, ""), fence.get(src.field + "!r", "")
+        s = _Source(src.field, src.topic_id, -1, -1, {}, rej != "")
+        if value:
+            topic, _, rest = value.rpartition("|")
+            topic, _, offset = topic.rpartition("|")
+            if topic == src.topic_id:  # another topic id: the topic was recreated, start over
+                s.offset, s.where = int(offset), int(rest)
+                for ro, rw, why in _REJECTED.findall(rej):
+                    if int(ro) > src.low_water:
+                        s.rejected[f"{int(ro)}:{int(rw)}"] = why
+        out.append(s)
+    return out
+
+
+def _better(desc: bool, a: float, b: float) -> bool:
+    return a > b if desc else a < b
+
+
+def decide(req: ApplyRequest, state: BoardState, applied: Iterable[bytes] = ()) -> Decision:
+    """The chunk's replies and writes; `applied`: fingerprints known to be in the id window."""
+    chunk = _Chunk(req, state, set(applied))
+    replies = [chunk.event(ev) for ev in req.events]
+    return chunk.decision(replies)
+
+
+class _Chunk:
+    """One chunk being decided: the changes so far, over the board's kept state."""
+
+    def __init__(self, req: ApplyRequest, state: BoardState, applied: set[bytes]) -> None:
+        self.req, self.state, self.applied = req, state, applied
+        self.names = [inst.name for inst in req.instances]
+        self.insts = [state.instances[n] for n in self.names]
+        self.low, self.high = (-EXACT_MAX, EXACT_MAX) if req.score_range is None else req.score_range
+        self.sources = _sources(req, state.fence)
+        self.post: list[dict[str, Cell]] = [{} for _ in self.names]  # changed cells per instance
+        self.metas: dict[str, str] = {}
+        self.pending: set[bytes] = set()  # applied in this chunk (their order: `added`)
+        self.added: list[bytes] = []
+        self.checks: list[bytes] = []  # assumed new: guarded.lua checks them
+        self.seq = state.seq
+
+    def cell(self, i: int, member: str) -> Cell:
+        got = self.post[i].get(member)
+        if got is None:
+            got = self.insts[i].cells.get(member)
+            if got is None:
+                raise Undecidable(f"member {member!r} of {self.names[i]} was not read")
+        return got
+
+    def event(self, ev: ApplyEvent) -> EventReply:
+        inst = [i for i in range(len(self.names)) if ev.mask >> i & 1]
+        src = self.sources[ev.where // 1000 - 1] if ev.where > 0 else None
+        sub = ev.where % 1000
+        pos = f"{ev.offset}:{sub}"
+        fenced = src is not None and (
+            ev.offset < src.offset or (ev.offset == src.offset and sub <= src.where)
+        )
+        if fenced:
+            assert src is not None
+            status, failed_as = _redelivered(src.rejected.get(pos))
+        else:
+            status, failed_as = self._new(ev, inst)
+            if src is not None:
+                if status is Status.OUT_OF_RANGE:
+                    src.rejected[pos] = ""
+                elif status is Status.FAILED:
+                    assert failed_as is not None
+                    src.rejected[pos] = failed_as
+                src.offset, src.where, src.changed = ev.offset, sub, True
+        if status is Status.APPLIED:
+            self.seq += 1
+        if not self.req.want_state:
+            return EventReply(status, self.seq, failed_as, (), None)
+        cells = [self.cell(i, ev.member) for i in inst] if ev.op != "x" else []
+        states = tuple(None if c[0] is None else MemberState(c[0], c[1]) for c in cells)
+        meta = self.metas.get(ev.member, self.state.metas.get(ev.member, ""))
+        return EventReply(status, self.seq, failed_as, states, meta.encode() or None)
+
+    def _new(self, ev: ApplyEvent, inst: list[int]) -> tuple[Status, str | None]:
+        """An event the fence lets through, in apply.lua's order."""
+        if ev.op == "x":  # the record of an event whose processing raised
+            return Status.FAILED, ev.member
+        if ev.fingerprint in self.pending or ev.fingerprint in self.applied:
+            return Status.DUPLICATE, None
+        self.checks.append(ev.fingerprint)
+        if ev.op == CLOSED_OP:
+            return Status.FAILED, BOARD_CLOSED_MARK
+        plans = [
+            (i, new) for i in inst if (new := _plan(self.req, self.cell(i, ev.member), ev, i)) is not None
+        ]
+        integral = self.req.score_range is not None
+        for _, (v, _, _) in plans:
+            if v is not None and (v < self.low or v > self.high or (integral and v != math.floor(v))):
+                return Status.OUT_OF_RANGE, None
+        for i, new in plans:
+            self.post[i][ev.member] = new
+        self.pending.add(ev.fingerprint)
+        self.added.append(ev.fingerprint)
+        if ev.op in _GONE or ev.meta != "":
+            self.metas[ev.member] = "" if ev.op in _GONE else ev.meta
+        return Status.APPLIED, None
+
+    def decision(self, replies: list[EventReply]) -> Decision:
+        keys, state = self.req.keys, self.state
+        fence_writes, new_fence = self._fence()
+        writes: list[Write] = [*fence_writes, *self._metas(), *self._ids()]
+        committed: dict[str, dict[str, Cell]] = {}
+        for i, changed in enumerate(self.post):
+            if changed:
+                writes += _instance_writes(self.req, self.names[i], self.insts[i], changed)
+                committed[self.names[i]] = {
+                    m: (c[0], c[1], None if c[0] is None else c[1]) for m, c in changed.items()
+                }
+        checks: dict[str, list[bytes]] = {}
+        for fp in self.checks:
+            checks.setdefault(bucket(state.id_directory, keys.id_window, bytes_slot(fp))[0], []).append(fp)
+        directories = [(keys.id_window, len(state.id_directory))]
+        directories += [
+            (keys.tie_index(n), len(inst.directory))
+            for n, inst, changed in zip(self.names, self.insts, self.post, strict=True)
+            if changed and inst.packing is None
+        ]
+        changed_seq = self.seq != state.seq
+        write = GuardedWrite(
+            keys=keys,
+            expect_seq=state.seq,
+            epoch=self.req.epoch,
+            slot_mark=self.req.slot_mark,
+            fence=[(f, state.fence.get(f, "")) for s in self.req.sources for f in (s.field, s.field + "!r")],
+            directories=directories,
+            checks=list(checks.items()),
+            writes=writes,
+            new_seq=self.seq if changed_seq else None,
+            notify=f"{state.seq} {self.seq} {keys.board}" if changed_seq else "",
+            id_window_s=self.req.id_window_s,
+            listpack_cap=self.req.listpack_cap or LISTPACK_CAP,
+        )
+        return Decision(replies, write, committed, self.metas, new_fence, self.seq, len(state.id_directory))
+
+    def _fence(self) -> tuple[list[Write], dict[str, str]]:
+        """The fence's new positions and rejections (apply.lua's format), and its epoch if new."""
+        fence = self.req.keys.fence
+        writes: list[Write] = []
+        args: list[str] = []
+        new: dict[str, str] = {}
+        for s in self.sources:
+            if not s.changed:
+                continue
+            new[s.field] = f"{s.topic}|{s.offset}|{s.where}"
+            args += [s.field, new[s.field]]
+            rejected = sorted(pos if why == "" else f"{pos}:{why}" for pos, why in s.rejected.items())
+            new[s.field + "!r"] = " ".join(rejected)
+            if rejected:
+                args += [s.field + "!r", new[s.field + "!r"]]
+            elif s.had_rejections:
+                writes.append(Command("HDEL", fence, (s.field + "!r",)))
+        if args:
+            if not self.state.fence.get("e"):
+                new["e"] = self.req.epoch
+                args += ["e", self.req.epoch]
+            writes.append(Command("HSET", fence, tuple(args)))
+        return writes, new
+
+    def _metas(self) -> list[Write]:
+        meta = self.req.keys.meta
+        put = [x for member, m in self.metas.items() if m for x in (member, m)]
+        drop = tuple(member for member, m in self.metas.items() if not m)
+        out: list[Write] = []
+        if put:
+            out.append(Command("HSET", meta, tuple(put)))
+        if drop:
+            out.append(Command("HDEL", meta, drop))
+        return out
+
+    def _ids(self) -> list[Write]:
+        keys = self.req.keys
+        groups: dict[str, tuple[int, int, list[bytes]]] = {}
+        for fp in self.added:
+            key, d, p = bucket(self.state.id_directory, keys.id_window, bytes_slot(fp))
+            groups.setdefault(key, (d, p, []))[2].append(fp)
+        return [IdBucket(k, d, p, tuple(fps)) for k, (d, p, fps) in groups.items()]
+
+
+def _redelivered(why: str | None) -> tuple[Status, str | None]:
+    """What a redelivered event's first delivery reported, as the fence remembers it."""
+    if why is None:
+        return Status.REDELIVERED, None
+    if why == "":
+        return Status.OUT_OF_RANGE, None
+    return Status.FAILED, why
+
+
+def _plan(req: ApplyRequest, c: Cell, ev: ApplyEvent, i: int) -> Cell | None:
+    """apply.lua `plan`: the member's new cell in instance i, None if unchanged (keeps its time)."""
+    score, present = c[0], c[0] is not None
+    if ev.op in _GONE:
+        return (None, 0, c[2]) if present else None
+    packing = req.instances[i].packing
+    if ev.op == "incr":
+        new = (score if score is not None else 0.0) + ev.score
+    elif ev.op == "set" or score is None or _better(req.desc, ev.score, score):  # set, or best
+        new = ev.score
+    else:
+        new = score
+    if present and new == score:
+        return None
+    tie = packed_tie(packing, ev.tie_ms) if packing is not None else ev.tie_ms
+    return (new, tie, c[2])
+
+
+def _instance_writes(
+    req: ApplyRequest, name: str, inst: InstanceState, changed: dict[str, Cell]
+) -> list[Write]:
+    """apply.lua `flush` for one instance's changed members: the tie index, ZREM, ZADD, expiry."""
+    instance = next(x for x in req.instances if x.name == name)
+    keys = req.keys
+    rank = keys.rank(name, inst.packing is not None)
+    if inst.packing is not None:
+        packing = inst.packing
+        add = [
+            x
+            for m, (s, t, _) in changed.items()
+            if s is not None
+            for x in (format_score(pack(packing, s, t)), m)
+        ]
+        rem = [m for m, (s, _, _) in changed.items() if s is None]
+        out: list[Write] = []
+    else:
+        rem, add, out = _general_writes(req, name, inst, changed, instance.expire_at_ms)
+    if rem:
+        out.append(Command("ZREM", rank, tuple(rem)))
+    if add:
+        out.append(Command("ZADD", rank, tuple(add)))
+    if instance.expire_at_ms:
+        out.append(Command("PEXPIREAT", rank, (instance.expire_at_ms,)))
+    return out
+
+
+def _general_writes(
+    req: ApplyRequest, name: str, inst: InstanceState, changed: dict[str, Cell], expire_at_ms: int
+) -> tuple[list[str], list[str], list[Write]]:
+    """A general instance: entries to remove and add (tie-prefixed), and its tie index's writes."""
+    mode, index_key = req.mode, req.keys.tie_index(name)
+    rem: list[str] = []
+    add: list[str] = []
+    buckets: dict[str, tuple[int, int, list[str], list[tuple[str, int]]]] = {}
+    for member, (score, tie, rtie) in changed.items():
+        if rtie is not None and not (score is not None and (mode is TieMode.NONE or tie == rtie)):
+            rem.append(encode_member(mode, rtie, member))
+        if score is not None:
+            add += [format_score(score), encode_member(mode, tie, member)]
+        if (score is not None and tie != rtie) or (score is None and rtie is not None):
+            key, d, p = bucket(inst.directory, index_key, string_slot(member))
+            drop, put = buckets.setdefault(key, (d, p, [], []))[2:]
+            if score is None:
+                drop.append(member)
+            else:
+                put.append((member, tie))
+    index = [
+        IndexBucket(k, index_key, d, p, expire_at_ms, tuple(dr), tuple(pu))
+        for k, (d, p, dr, pu) in buckets.items()
+    ]
+    return rem, add, list[Write](index)
