@@ -5,9 +5,13 @@ and `used_memory` per (member, window instance).
 Workload (issue 10, fixed for every figure): one board of a type with windows [total, day,
 week], MEMBERS members with 24-character ids, Redis with AOF as `rankstream dev` runs it.
 - distinct: one event per member, onto an empty board (every event adds a member);
-- repeating: as many events again, members drawn uniformly from those on the board.
-Ours = worker/apply.py's Applier (apply.lua with its offset fence and id window) called in chunks
-of CHUNK events, as the worker calls it; the seeds' bare design
+- repeating: as many events again, members drawn uniformly from those on the board;
+- zipf: as many events again, members drawn Zipf(1.1) from those on the board (a live room: a
+  few members get most of the gifts).
+Ours = worker/apply.py's Applier (the worker deciding, Redis running the guarded writes, with
+the offset fence and id window) called in chunks of CHUNK events, as the worker calls it;
+`*_redis_decides` = the same with RANKSTREAM_WORKER_STATE_CELLS=0 (apply.lua decides every
+event, as releases up to 0.1.0 did: `vs_redis_decides`); the seeds' bare design
 (`seed_bare_redis_us_per_event`) = ZINCRBY per window, pipelined per CHUNK events, no dedupe.
 Bytes: after the distinct phase the id window's and the fence's keys are deleted (they are
 counted per id in bench/memory.py), and used_memory's growth is divided by members x windows;
@@ -19,6 +23,8 @@ commandstats, per event, for each command the scripts call, and `script_other_us
 scripts' time not inside those commands (Lua itself, and turning arguments and replies between
 Lua and Redis); then `script_phases`, a third run of the general layout with apply.lua's own
 phases timed (bench/redis_phases.py).
+`worker_bytes_per_cell`: the worker's kept state of the board after the distinct phase (Python
+objects, counted deeply) per (member, window period).
 Knob: RANKSTREAM_BENCH_COST_MEMBERS (default 100000).
 """
 
@@ -26,6 +32,7 @@ from __future__ import annotations
 
 import random
 import string
+import sys
 import time
 from collections.abc import Callable, Sequence
 from typing import cast
@@ -39,6 +46,7 @@ from common.boards import parse_boards
 from common.events import Op, UpdateEvent
 from common.store.topology import Store, masters
 from worker.apply import Applier, Position, Source
+from worker.boardstate import DEFAULT_MAX_CELLS
 
 DEFAULT_MEMBERS = 100_000
 CHUNK = 500
@@ -64,6 +72,36 @@ def redis_cpu_s(client: Store) -> float:
 def member_ids(n: int, rng: random.Random) -> list[str]:
     alphabet = string.ascii_letters + string.digits
     return ["".join(rng.choices(alphabet, k=ID_LENGTH)) for _ in range(n)]
+
+
+def zipf_draws(members: Sequence[str], n: int, rng: random.Random, s: float = 1.1) -> list[str]:
+    """n members drawn Zipf(s): the k-th most popular with weight 1/k^s (popularity shuffled)."""
+    ranked = list(members)
+    rng.shuffle(ranked)
+    cumulative, total = [], 0.0
+    for k in range(1, len(ranked) + 1):
+        total += 1.0 / k**s
+        cumulative.append(total)
+    return rng.choices(ranked, cum_weights=cumulative, k=n)
+
+
+def deep_bytes(root: object) -> int:
+    """Bytes of the Python objects reachable from `root` (each counted once)."""
+    seen: set[int] = set()
+    stack, total = [root], 0
+    while stack:
+        obj = stack.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        total += sys.getsizeof(obj)
+        if isinstance(obj, dict):
+            stack += [*obj.keys(), *obj.values()]
+        elif isinstance(obj, (list, tuple, set, frozenset)):
+            stack += list(obj)
+        elif hasattr(obj, "__dict__"):
+            stack.append(vars(obj))
+    return total
 
 
 def _measure(client: redis.Redis, n: int, apply_chunk: Callable[[int, int], None]) -> float:
@@ -95,16 +133,21 @@ def command_profile(client: redis.Redis, n: int) -> Result:
 
 def _ours(
     client: redis.Redis,
-    members: Sequence[str],
-    repeat: Sequence[str],
+    streams: tuple[Sequence[str], Sequence[str], Sequence[str]],
     now: int,
     type_name: str = "cost",
     *,
     phases: bool = False,
+    state_cells: int = DEFAULT_MAX_CELLS,
 ) -> Result:
     """Ours on an empty Redis; `phases`: apply.lua timed phase by phase instead (its CPU and
-    commands then include the timers)."""
-    applier = Applier(client, parse_boards(CONFIG), PREFIX, 3600, now_ms=lambda: now, epoch="bench")
+    commands then include the timers; the worker keeps no state: apply.lua decides). `streams`:
+    the distinct, repeating and Zipf members."""
+    members, repeat, zipf = streams
+    cells = 0 if phases else state_cells
+    applier = Applier(
+        client, parse_boards(CONFIG), PREFIX, 3600, now_ms=lambda: now, epoch="bench", state_cells=cells
+    )
     if phases:
         time_phases(applier)
     source = Source("bench", 0, "bench-topic", -1)
@@ -134,18 +177,24 @@ def _ours(
     side = [*client.scan_iter(match=f"{PREFIX}{{{board}}}:i*", count=10_000), f"{PREFIX}{{{board}}}:fence"]
     client.delete(*side)
     held = used_memory(client) - base
+    kept = applier.states.stats.cells if applier.states is not None else 0
+    state_bytes = deep_bytes(applier.states._states) if applier.states is not None else 0
     client.config_resetstat()
     repeating = _measure(client, len(repeat), phase("r", repeat, len(members)))
+    zipf_cost = _measure(client, len(zipf), phase("z", zipf, 2 * len(members)))
     return {
         "distinct_us_per_event": distinct,
         "repeating_us_per_event": repeating,
+        "zipf_us_per_event": zipf_cost,
+        "worker_bytes_per_cell": round(state_bytes / kept, 1) if kept else None,
+        "state": vars(applier.states.stats) if applier.states is not None else None,
         "bytes_per_member_window": round(held / (len(members) * len(WINDOWS)), 1),
         "profile": {"distinct": distinct_profile, "repeating": command_profile(client, len(repeat))},
         "script_phases": {"distinct": distinct_phases, "repeating": read_phases(client, len(repeat))},
     }
 
 
-def _bare(client: redis.Redis, members: Sequence[str], repeat: Sequence[str]) -> Result:
+def _bare(client: redis.Redis, members: Sequence[str], repeat: Sequence[str], zipf: Sequence[str]) -> Result:
     keys = [f"bare:{{{BOARD}}}:{w}" for w in WINDOWS]
 
     def phase(who: Sequence[str]) -> Callable[[int, int], None]:
@@ -162,9 +211,11 @@ def _bare(client: redis.Redis, members: Sequence[str], repeat: Sequence[str]) ->
     distinct = _measure(client, len(members), phase(members))
     held = used_memory(client) - base
     repeating = _measure(client, len(repeat), phase(repeat))
+    zipf_cost = _measure(client, len(zipf), phase(zipf))
     return {
         "distinct_us_per_event": distinct,
         "repeating_us_per_event": repeating,
+        "zipf_us_per_event": zipf_cost,
         "bytes_per_member": round(held / (len(members) * len(WINDOWS)), 1),
     }
 
@@ -173,17 +224,23 @@ def measure_redis_cost(client: redis.Redis, rng: random.Random) -> Result:
     n = env_int("COST_MEMBERS", DEFAULT_MEMBERS)
     members = member_ids(n, rng)
     repeat = [members[rng.randrange(n)] for _ in range(n)]
+    zipf = zipf_draws(members, n, rng)
     now = int(time.time() * 1000)
     say(f"redis cost: {n} members x {len(WINDOWS)} windows, ours then the bare design")
     client.flushall()
-    ours = _ours(client, members, repeat, now)
+    streams = (members, repeat, zipf)
+    ours = _ours(client, streams, now)
     client.flushall()
-    declared = _ours(client, members, repeat, now, "ranged")
+    declared = _ours(client, streams, now, "ranged")
     client.flushall()
-    timed = _ours(client, members, repeat, now, phases=True)
+    lua = _ours(client, streams, now, state_cells=0)
     client.flushall()
-    bare = _bare(client, members, repeat)
+    timed = _ours(client, streams, now, phases=True)
     client.flushall()
+    bare = _bare(client, members, repeat, zipf)
+    client.flushall()
+    workloads = ("distinct", "repeating", "zipf")
+    ratio = {w: round(ours[f"{w}_us_per_event"] / bare[f"{w}_us_per_event"], 2) for w in workloads}
     return {
         "members": n,
         "windows": list(WINDOWS),
@@ -192,13 +249,27 @@ def measure_redis_cost(client: redis.Redis, rng: random.Random) -> Result:
         "redis_us_per_event_repeating": ours["repeating_us_per_event"],
         "seed_bare_redis_us_per_event": bare["distinct_us_per_event"],
         "seed_bare_redis_us_per_event_repeating": bare["repeating_us_per_event"],
-        "redis_vs_bare": round(ours["distinct_us_per_event"] / bare["distinct_us_per_event"], 2),
-        "redis_vs_bare_repeating": round(ours["repeating_us_per_event"] / bare["repeating_us_per_event"], 2),
+        "redis_us_per_event_zipf": ours["zipf_us_per_event"],
+        "seed_bare_redis_us_per_event_zipf": bare["zipf_us_per_event"],
+        "redis_vs_bare": ratio["distinct"],
+        "redis_vs_bare_repeating": ratio["repeating"],
+        "redis_vs_bare_zipf": ratio["zipf"],
+        "redis_us_per_event_redis_decides": lua["distinct_us_per_event"],
+        "redis_us_per_event_repeating_redis_decides": lua["repeating_us_per_event"],
+        "redis_us_per_event_zipf_redis_decides": lua["zipf_us_per_event"],
+        "vs_redis_decides": round(ours["distinct_us_per_event"] / lua["distinct_us_per_event"], 2),
+        "vs_redis_decides_repeating": round(
+            ours["repeating_us_per_event"] / lua["repeating_us_per_event"], 2
+        ),
+        "vs_redis_decides_zipf": round(ours["zipf_us_per_event"] / lua["zipf_us_per_event"], 2),
+        "worker_bytes_per_cell": ours["worker_bytes_per_cell"],
+        "worker_state": ours["state"],
         "redis_bytes_per_member_window": ours["bytes_per_member_window"],
         "bare_zset_bytes_per_member": bare["bytes_per_member"],
         "bytes_vs_bare": round(ours["bytes_per_member_window"] / bare["bytes_per_member"], 2),
         "redis_us_per_event_declared": declared["distinct_us_per_event"],
         "redis_us_per_event_repeating_declared": declared["repeating_us_per_event"],
+        "redis_vs_bare_zipf_declared": round(declared["zipf_us_per_event"] / bare["zipf_us_per_event"], 2),
         "redis_vs_bare_declared": round(declared["distinct_us_per_event"] / bare["distinct_us_per_event"], 2),
         "redis_vs_bare_repeating_declared": round(
             declared["repeating_us_per_event"] / bare["repeating_us_per_event"], 2

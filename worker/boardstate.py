@@ -156,7 +156,9 @@ class BoardStates:
                     if state is None:
                         raise Undecidable("no state")  # noqa: TRY301 - one path for every refusal
                     decisions[i] = decide(reqs[i], state, applied.get(i, ()))
-                except Undecidable:
+                except Exception as exc:  # noqa: BLE001 - whatever it is, apply.lua's path narrows it down
+                    if not isinstance(exc, Undecidable):
+                        _log.warning("a chunk could not be decided in the worker", extra={"error": repr(exc)})
                     self.drop(reqs[i].keys.board)
                     self.stats.fallbacks += 1
             order = list(decisions)
@@ -255,7 +257,9 @@ class BoardStates:
                 need.members[name] = wanted
             else:
                 missing = [m for m in wanted if m not in inst.cells]
-                if missing:
+                if inst.complete:
+                    inst.cells.update(dict.fromkeys(missing, ABSENT))
+                elif missing:
                     need.members[name] = missing
         if req.want_state:
             have = state.metas if state is not None else {}
@@ -275,9 +279,11 @@ class BoardStates:
             pipe.get(keys.id_window)
             for name in n.instances:
                 packed = _instance(n.req, name).packing is not None
-                pipe.get(keys.tie_index(name))
+                index = keys.tie_index(name)
+                pipe.get(index)
                 pipe.exists(keys.state(name), keys.overflow(name, packed))
                 pipe.pexpiretime(keys.rank(name, packed))
+                pipe.exists(keys.rank(name, packed), index, f"{index}:0:0")  # none: an empty instance
             if n.metas:
                 pipe.hmget(keys.meta, n.metas)
         got = iter(pipe.execute())
@@ -291,12 +297,20 @@ class BoardStates:
         layouts: dict[str, InstanceState | None] = {}
         for name in n.instances:
             inst = _instance(n.req, name)
-            directory, foreign, expires = next(got) or b"", int(next(got)), int(next(got))
+            directory, foreign, expires, held = (
+                next(got) or b"",
+                int(next(got)),
+                int(next(got)),
+                int(next(got)),
+            )
             # a state hash (an earlier release's layout), an overflow zset (max_members removed),
             # an expiry that moved (retention changed): apply.lua's to handle
             moved = inst.expire_at_ms and expires > 0 and expires != inst.expire_at_ms
+            empty = held == 0
             layouts[name] = (
-                None if foreign or moved else InstanceState(inst.packing, directory, inst.expire_at_ms)
+                None
+                if foreign or moved
+                else InstanceState(inst.packing, directory, inst.expire_at_ms, complete=empty)
             )
         metas = [m.decode() if m else "" for m in next(got)] if n.metas else []
         if n.state is not None and n.seq != n.state.seq:
@@ -323,22 +337,12 @@ class BoardStates:
         for n in needs:
             if n.state is None:
                 continue
-            keys = n.req.keys
             for name, members in n.members.items():
                 inst = n.state.instances[name]
-                rank = keys.rank(name, inst.packing is not None)
-                if inst.packing is not None:
-                    reads.zmscore(rank, members)
-                    plan.append((inst, rank, members, n.req.mode))
-                    continue
-                groups: dict[str, list[str]] = {}
-                for m in members:
-                    groups.setdefault(
-                        bucket(inst.directory, keys.tie_index(name), string_slot(m))[0], []
-                    ).append(m)
-                for key, group in groups.items():
-                    reads.hmget(key, group)
-                    plan.append((inst, rank, group, n.req.mode))
+                if inst.complete:
+                    inst.cells.update(dict.fromkeys(members, ABSENT))
+                else:
+                    plan += _queue_reads(reads, n.req, name, inst, members)
         if not plan:
             return
         pipe = client.pipeline(transaction=False)
@@ -355,6 +359,23 @@ class BoardStates:
                 # an entry the index names but the zset lacks is absent (its index field goes
                 # when the member is written: apply.lua's prefetch_indexed)
                 inst.cells[m] = (None, 0, t) if score is None else (float(score), t, t)
+
+
+def _queue_reads(
+    reads: Any, req: ApplyRequest, name: str, inst: InstanceState, members: list[str]
+) -> list[tuple[InstanceState, str, list[str], TieMode]]:
+    """A packed instance's members' scores; a general one's ties, one HMGET per index bucket."""
+    keys = req.keys
+    rank = keys.rank(name, inst.packing is not None)
+    if inst.packing is not None:
+        reads.zmscore(rank, members)
+        return [(inst, rank, members, req.mode)]
+    groups: dict[str, list[str]] = {}
+    for m in members:
+        groups.setdefault(bucket(inst.directory, keys.tie_index(name), string_slot(m))[0], []).append(m)
+    for key, group in groups.items():
+        reads.hmget(key, group)
+    return [(inst, rank, group, req.mode) for group in groups.values()]
 
 
 def _take_ties(inst: InstanceState, members: list[str], got: list[Any]) -> list[tuple[str, int]]:

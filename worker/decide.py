@@ -37,6 +37,8 @@ from common.store.guarded import Command, GuardedWrite, IdBucket, IndexBucket, W
 Cell = tuple[float | None, int, int | None]
 ABSENT: Cell = (None, 0, None)
 _GONE = frozenset({Op.DELETE.value, Op.ERASE.value})
+_ZSET = frozenset({"ZADD", "ZREM"})
+_PROBED = _ZSET | {"HSET", "HDEL"}  # what guarded.lua reads first, with the type it writes
 _SLOT_PRIME = 16_777_213  # xhash.lua XH.string_slot
 
 
@@ -52,6 +54,9 @@ class InstanceState:
     directory: bytes  # its tie index's directory (general layout; b'' = one bucket)
     expire_at_ms: int  # 0 = never
     cells: dict[str, Cell] = field(default_factory=dict)
+    # the instance was empty when the worker first read it and every member written since is in
+    # `cells`: a member not there is absent, without reading
+    complete: bool = False
 
 
 @dataclass
@@ -262,6 +267,12 @@ class _Chunk:
             if changed and inst.packing is None
         ]
         changed_seq = self.seq != state.seq
+        probes = [
+            (w.key, "z" if w.name in _ZSET else "h")
+            for w in writes
+            if isinstance(w, Command) and w.name in _PROBED
+        ]
+        probes += [(w.key, "h") for w in writes if isinstance(w, IndexBucket)]
         write = GuardedWrite(
             keys=keys,
             expect_seq=state.seq,
@@ -269,6 +280,7 @@ class _Chunk:
             slot_mark=self.req.slot_mark,
             fence=[(f, state.fence.get(f, "")) for s in self.req.sources for f in (s.field, s.field + "!r")],
             directories=directories,
+            probes=list(dict.fromkeys(probes)),
             checks=list(checks.items()),
             writes=writes,
             new_seq=self.seq if changed_seq else None,

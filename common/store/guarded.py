@@ -19,7 +19,21 @@ from common.store.scripts import ArgT, Call, load_script
 from common.store.topology import Store
 
 K = ("SEQ", "FENCE", "SLOT", "MOVING")  # then the keys the checks and writes name by position
-G = ("EXPECT", "EPOCH", "MARKED", "NEW_SEQ", "NOTIFY", "MESSAGE", "WINDOW", "CAP", "NF", "ND", "NG", "NO")
+G = (
+    "EXPECT",
+    "EPOCH",
+    "MARKED",
+    "NEW_SEQ",
+    "NOTIFY",
+    "MESSAGE",
+    "WINDOW",
+    "CAP",
+    "NF",
+    "ND",
+    "NP",
+    "NG",
+    "NO",
+)
 LAYOUTS = (("K", K), ("G", G))
 
 
@@ -63,6 +77,7 @@ class GuardedWrite:
     slot_mark: str  # "" = one server: not checked
     fence: Sequence[tuple[str, str]]  # (field, value read; '' = absent)
     directories: Sequence[tuple[str, int]]  # (directory key, length read)
+    probes: Sequence[tuple[str, str]]  # (key, 'z' | 'h'): read before any write (a foreign type fails)
     checks: Sequence[tuple[str, Sequence[bytes]]]  # (id bucket key, fingerprints that must be new)
     writes: Sequence[Write]
     new_seq: int | None  # None: the seq stays
@@ -92,6 +107,7 @@ class GuardedWrite:
             "CAP": self.listpack_cap,
             "NF": len(self.fence),
             "ND": len(self.directories),
+            "NP": len(self.probes),
             "NG": len(self.checks),
             "NO": len(self.writes),
         }
@@ -100,6 +116,8 @@ class GuardedWrite:
             args += [name, value]
         for directory, length in self.directories:
             args += [self.position(directory), length]
+        for probed, kind in self.probes:
+            args += [self.position(probed), kind]
         for bucket, fps in self.checks:
             args += [self.position(bucket), len(fps), *fps]
         for w in self.writes:

@@ -223,3 +223,24 @@ def test_redis_holds_what_apply_lua_leaves_through_splits_and_turns(rclient, set
     stats = [a.states.stats for a in deciding[:2] if a.states is not None]
     assert sum(s.conflicts + s.stale for s in stats) > 0  # the turns made them meet changed boards
     assert sum(s.hits for s in stats) > 0
+
+
+def test_a_foreign_key_in_the_boards_place_fails_the_chunk_before_any_write(rclient, settings):
+    """A key of another type where the board's total zset should be (an operator's mistake) while
+    the worker keeps the board's state: the guarded write reads every key it would write first,
+    so it fails whole; the event is dead-lettered (apply.lua's narrowing), and its other windows
+    and the seq stay as they were."""
+    prefix = settings.key_prefix
+    a = applier(rclient, prefix)
+    board = "g:foreign"
+    keys = BoardKeys(prefix, board)
+    a.apply([(ev(board, "m", 1, "f1"), NOW)], [Position(SRC[0], 0, None)])
+    day = next(k.decode() for k in rclient.scan_iter(match=f"{keys.tag}:z:day:*"))
+    rclient.delete(keys.rank("total"))
+    rclient.set(keys.rank("total"), "foreign")
+    outcomes, failures = a.apply_isolated([(ev(board, "m", 1, "f2"), NOW)], [Position(SRC[0], 1, None)])
+    assert outcomes == []
+    assert [type(f.error).__name__ for f in failures] == ["ResponseError"]
+    assert "WRONGTYPE" in str(failures[0].error)
+    assert rclient.get(keys.seq) == b"1"
+    assert [s for _, s in rclient.zrange(day, 0, -1, withscores=True)] == [1.0]

@@ -2,8 +2,9 @@
 accepted range and 1 MiB messages go through real Kafka and real Redis with two workers; every
 other board ends exact, each bad message is dead-lettered once (read_committed), nothing stalls.
 
-The poison is injected, not mocked: apply.lua on the real Redis receives a corrupted argument
-for members named `poison…` and raises, and the period math raises for one magic timestamp."""
+The poison is injected, not mocked: the worker's own decision raises for members named
+`poison…` (so their chunk goes to apply.lua), apply.lua on the real Redis receives a corrupted
+argument for them and raises, and the period math raises for one magic timestamp."""
 
 from __future__ import annotations
 
@@ -41,6 +42,7 @@ from tests.oracle import (
     now_ms,
     run_model,
 )
+from worker import decide as decide_module
 from worker.apply import Applier
 from worker.dlq import (
     HEADER_ERROR_CLASS,
@@ -93,6 +95,13 @@ def poisoned(monkeypatch) -> Poison:
             raise OverflowError("date value out of range (injected)")
         return real_slots(self, board_type, ts)
 
+    def failing_plan(req: Any, cell: Any, ev: store_apply.ApplyEvent, i: int) -> Any:
+        if ev.member.startswith("poison"):
+            raise ArithmeticError("injected")
+        return real_plan(req, cell, ev, i)
+
+    real_plan = decide_module._plan
+    monkeypatch.setattr(decide_module, "_plan", failing_plan)
     monkeypatch.setattr(store_apply, "_event_args", corrupt_args)
     monkeypatch.setattr(Applier, "_slots", failing_slots)
     return poison

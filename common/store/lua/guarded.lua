@@ -6,8 +6,9 @@
 --       written: a call during a slot migration is refused on both sides, as apply.lua's is),
 --       then the keys the checks and the write list name by position.
 -- ARGV: the header G, then G.NF fence (field, value the worker read: '' = absent), G.ND
---       directories (key position, length the worker read), G.NG id groups (bucket key
---       position, count, fingerprints...), then G.NO writes:
+--       directories (key position, length the worker read), G.NP probes (key position, 'z' or
+--       'h': a zset or hash it writes), G.NG id groups (bucket key position, count,
+--       fingerprints...), then G.NO writes:
 --   'c' name, key position, count, arguments...   one command
 --   'i' bucket, directory, depth, prefix, count, fingerprints...
 --        the id window's bucket: its expired entries go, the fingerprints are added at Redis'
@@ -15,6 +16,9 @@
 --   't' bucket, directory, depth, prefix, expire at ('0' = never), count, fields...,
 --        count, (field, tie)...   a tie index bucket: HDEL, HSET, a split if it outgrew the
 --        cap, a new bucket's expiry (tieindex.lua TI.write)
+-- Every check reads each key it writes with the type it writes (the id buckets through the id
+-- check, the directories through their length, the probes), so a key of another type in the
+-- board's place fails the call before its first write: nothing is ever half written.
 -- Returns {1, (directory position, its value)...} once written, with every directory a split
 -- changed; {0} when the seq, a fence field or a directory's length is not what the worker read
 -- (someone else wrote the board since: nothing written); {2, fingerprint...} when those ids
@@ -37,6 +41,10 @@ end
 at = at + 2 * tonumber(ARGV[G.NF])
 for _ = 1, tonumber(ARGV[G.ND]) do
   if redis.call('STRLEN', key(ARGV[at + 1])) ~= tonumber(ARGV[at + 2]) then return {0} end
+  at = at + 2
+end
+for _ = 1, tonumber(ARGV[G.NP]) do
+  redis.call(ARGV[at + 2] == 'z' and 'ZCARD' or 'HLEN', key(ARGV[at + 1]))
   at = at + 2
 end
 local window = tonumber(ARGV[G.WINDOW])
