@@ -42,6 +42,8 @@ GOALS: dict[str, float] = {"events_per_s": 100_000, "vs_seed_ceiling": 1.0, "vs_
 ARRAY_GOALS: dict[str, float] = {"vs_seed_ceiling_arrays": 2.0, "arrays_vs_redis_bound": 0.8}
 MEMORY_GOALS: dict[str, float] = {"redis_bytes_per_event_id": 32}  # ceilings (bench/memory.py)
 # ceilings, ours / the seeds' bare design in the same run (bench/redis_cost.py)
+# all processes' CPU per event (worker + Redis + Kafka), ours / Redis deciding every event
+TOTAL_GOALS: dict[str, float] = {"cpu_total_vs_redis_decides": 0.5}
 COST_GOALS: dict[str, float] = {
     "redis_vs_bare": 1.5,
     "redis_vs_bare_repeating": 2.5,
@@ -115,10 +117,23 @@ ROWS = [
     Row("redis_vs_bare_declared"),
     Row("redis_bytes_per_member_window_declared"),
     Row("bytes_vs_bare_declared", "bytes_vs_bare_declared", at_most=True),
+    Row("cpu_us_per_event_total"),
+    Row("cpu_us_per_event_total_redis_decides"),
+    Row("cpu_total_vs_redis_decides", "cpu_total_vs_redis_decides", at_most=True),
+    Row("events_per_s_redis_decides"),
     Row("worker_us_per_event"),
     Row("kafka_us_per_event"),
     *(Row(f"details.{path}") for path in _DIAGNOSTICS),
 ]
+
+
+STATE_CELLS = "RANKSTREAM_WORKER_STATE_CELLS"
+
+
+def cpu_total(report: Result) -> float:
+    """Worker + Redis + Kafka CPU µs per event: what the service costs to run (not the bench)."""
+    per = report["cpu_us_per_event"]
+    return round(sum(per.get(k) or 0 for k in ("worker", "redis", "kafka")), 1)
 
 
 def summarize(single: Result, arrays: Result, ceiling: Result, naive: Result) -> Result:
@@ -163,6 +178,8 @@ def run() -> Result:
         single = measure_worker(stack, group, n, "single", rng)
         fences = fence_bytes(stack.client, "b:")  # what the single run's boards hold
         arrays = measure_worker(stack, group, n, "arrays", rng)
+        # the same single-event stream with Redis deciding every event (apply.lua, as 0.1.0 did)
+        decides = measure_worker(stack, group, n, "single", rng, env={STATE_CELLS: "0"}, label="redisdecides")
         ids = measure_id_memory(stack, group, rng)
         ceiling = measure_seed_ceiling(stack)
         cost = measure_redis_cost(stack.client, rng)
@@ -172,11 +189,19 @@ def run() -> Result:
         if not report["applied_exact"]:
             say(f"WARNING: {name}: {report['applied']} events applied, expected exactly {n}")
     summary = summarize(single, arrays, ceiling, naive)
+    total, total_before = cpu_total(single), cpu_total(decides)
+    summary["cpu_us_per_event_total"] = total
+    summary["cpu_us_per_event_total_redis_decides"] = total_before
+    summary["cpu_total_vs_redis_decides"] = ratio(total, total_before)
+    summary["events_per_s_redis_decides"] = decides["events_per_s"]
+    summary["cpu_us_per_event_redis_decides"] = decides["cpu_us_per_event"]
     summary["arrays_vs_redis_bound"] = ratio(summary["events_per_s_arrays"] * cost["redis_us_per_event"], 1e6)
     summary["goals"] = {**summary["goals"], **ARRAY_GOALS, **MEMORY_GOALS, **COST_GOALS}
     summary["met_arrays"] = met(summary, ARRAY_GOALS)
     summary["met_memory"] = {k: ids["bytes_per_event_id"] <= v for k, v in MEMORY_GOALS.items()}
     summary["met_cost"] = {k: cost[k] <= v for k, v in COST_GOALS.items()}
+    summary["goals"].update(TOTAL_GOALS)
+    summary["met_total"] = {k: summary[k] <= v for k, v in TOTAL_GOALS.items()}
     return {
         **summary,
         **{k: v for k, v in cost.items() if k not in ("members", "windows", "chunk", "profile")},

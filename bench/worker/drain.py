@@ -68,13 +68,14 @@ class WorkerRun:
     name: str  # of the process, and of its log
     settings: Settings
     http_port: int
+    env: Mapping[str, str] | None = None  # more RANKSTREAM_* settings for the worker
 
     @property
     def seq_keys(self) -> list[str]:
         return [f"{self.settings.key_prefix}{{gift:room{k}}}:seq" for k in range(BOARDS)]
 
     def start(self, group: Children) -> Child:
-        return start_worker(group, self.name, self.settings, http_port=self.http_port)
+        return start_worker(group, self.name, self.settings, http_port=self.http_port, env=self.env)
 
 
 def watch(client: redis.Redis, run: WorkerRun, worker: Child, meter: CpuMeter) -> Progress:
@@ -141,16 +142,27 @@ def _messages(variant: str, n: int, tag: str, rng: random.Random) -> list[Messag
     return single_messages(events) if variant == "single" else array_messages(events, ARRAY_SIZE)
 
 
-def measure_worker(stack: Stack, group: Children, n: int, variant: str, rng: random.Random) -> Result:
-    """One worker process over N fresh events in a fresh topic, group and key prefix."""
-    tag = f"{variant}-{uuid.uuid4().hex[:8]}"
+def measure_worker(
+    stack: Stack,
+    group: Children,
+    n: int,
+    variant: str,
+    rng: random.Random,
+    *,
+    env: Mapping[str, str] | None = None,
+    label: str = "",
+) -> Result:
+    """One worker process over N fresh events in a fresh topic, group and key prefix; `env`:
+    more settings for the worker, `label`: the run's name (default: the variant)."""
+    label = label or variant
+    tag = f"{label}-{uuid.uuid4().hex[:8]}"
     messages = _messages(variant, n, tag, rng)
-    say(f"{variant}: producing {n} events in {len(messages)} messages")
-    prefix = "b:" if variant == "single" else f"b{variant[0]}:"
+    say(f"{label}: producing {n} events in {len(messages)} messages")
+    prefix = {"single": "b:", "arrays": "ba:"}.get(label, f"b{label}:")
     settings, produce_rate = fresh_topic(stack, tag, messages, key_prefix=prefix, worker_group=f"bench-{tag}")
-    run = WorkerRun(n, f"worker-{variant}", settings, free_port())
+    run = WorkerRun(n, f"worker-{label}", settings, free_port(), env)
     worker = run.start(group)
-    say(f"{variant}: worker pid {worker.pid} draining")
+    say(f"{label}: worker pid {worker.pid} draining")
     try:
         meter = CpuMeter({"worker": worker.pid, **stack.pids(), "bench": os.getpid()})
         progress = watch(stack.client, run, worker, meter)

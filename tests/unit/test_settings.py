@@ -68,3 +68,9 @@ def test_bad_settings_fail_with_one_line(env, message):
     with pytest.raises(ConfigError, match=message) as info:
         load_settings(env)
     assert "\n" not in str(info.value)
+
+
+def test_the_worker_state_cells_setting_bounds():
+    assert load_settings({"RANKSTREAM_WORKER_STATE_CELLS": "0"}).worker_state_cells == 0
+    with pytest.raises(ConfigError, match="RANKSTREAM_WORKER_STATE_CELLS"):
+        load_settings({"RANKSTREAM_WORKER_STATE_CELLS": "-1"})
