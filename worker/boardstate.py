@@ -25,6 +25,7 @@ from common.events import Op
 from common.store.apply import ApplyReply, ApplyRequest, ForeignEpoch, Instance
 from common.store.encoding import TieMode, encode_member
 from common.store.guarded import Conflict, Duplicates, Foreign, GuardedScript, GuardReply, Written
+from common.store.keys import string_slot
 from common.store.topology import Store
 from worker.decide import (
     ABSENT,
@@ -34,7 +35,6 @@ from worker.decide import (
     Undecidable,
     bucket,
     decide,
-    string_slot,
 )
 
 _log = logging.getLogger(__name__)

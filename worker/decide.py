@@ -31,6 +31,7 @@ from common.store.encoding import (
     format_score,
 )
 from common.store.guarded import Command, GuardedWrite, IdBucket, IndexBucket, Write
+from common.store.keys import string_slot
 
 # a member's state in one instance: (score, tie ms) or None if absent; and the tie of its entry
 # in Redis (the tie index's, or the packed score's), None if Redis holds no entry
@@ -39,7 +40,6 @@ ABSENT: Cell = (None, 0, None)
 _GONE = frozenset({Op.DELETE.value, Op.ERASE.value})
 _ZSET = frozenset({"ZADD", "ZREM"})
 _PROBED = _ZSET | {"HSET", "HDEL"}  # what guarded.lua reads first, with the type it writes
-_SLOT_PRIME = 16_777_213  # xhash.lua XH.string_slot
 
 
 class Undecidable(Exception):
@@ -87,13 +87,6 @@ class Decision:
 
 def bytes_slot(fp: bytes) -> int:
     return fp[0] + fp[1] * 256 + fp[2] * 65536
-
-
-def string_slot(s: str) -> int:
-    h = 5381
-    for byte in s.encode():
-        h = (h * 33 + byte) % _SLOT_PRIME
-    return h
 
 
 def bucket(directory: bytes, dir_key: str, value: int) -> tuple[str, int, int]:
@@ -184,6 +177,7 @@ class _Chunk:
         self.added: list[bytes] = []
         self.checks: list[bytes] = []  # assumed new: guarded.lua checks them
         self.seq = state.seq
+        self.masks: dict[int, list[int]] = {}
 
     def cell(self, i: int, member: str) -> Cell:
         got = self.post[i].get(member)
@@ -194,7 +188,9 @@ class _Chunk:
         return got
 
     def event(self, ev: ApplyEvent) -> EventReply:
-        inst = [i for i in range(len(self.names)) if ev.mask >> i & 1]
+        inst = self.masks.get(ev.mask)
+        if inst is None:  # consecutive events share their instances: computed once per mask
+            inst = self.masks[ev.mask] = [i for i in range(len(self.names)) if ev.mask >> i & 1]
         src = self.sources[ev.where // 1000 - 1] if ev.where > 0 else None
         sub = ev.where % 1000
         pos = f"{ev.offset}:{sub}"
@@ -334,6 +330,13 @@ class _Chunk:
         return [IdBucket(k, d, p, tuple(fps)) for k, (d, p, fps) in groups.items()]
 
 
+def _score_text(score: float) -> str:
+    """format_score, the common case (an integer) first."""
+    if score.is_integer() and -EXACT_MAX <= score <= EXACT_MAX:
+        return str(int(score))
+    return format_score(score)
+
+
 def _redelivered(why: str | None) -> tuple[Status, str | None]:
     """What a redelivered event's first delivery reported, as the fence remembers it."""
     if why is None:
@@ -396,12 +399,20 @@ def _general_writes(
     mode, index_key = req.mode, req.keys.tie_index(name)
     rem: list[str] = []
     add: list[str] = []
+    prefixes: dict[int, str] = {}
+
+    def encode(tie: int, member: str) -> str:  # encode_member, each tie's prefix formatted once
+        prefix = prefixes.get(tie)
+        if prefix is None:
+            prefix = prefixes[tie] = encode_member(mode, tie, "")
+        return prefix + member
+
     buckets: dict[str, tuple[int, int, list[str], list[tuple[str, int]]]] = {}
     for member, (score, tie, rtie) in changed.items():
         if rtie is not None and not (score is not None and (mode is TieMode.NONE or tie == rtie)):
-            rem.append(encode_member(mode, rtie, member))
+            rem.append(encode(rtie, member))
         if score is not None:
-            add += [format_score(score), encode_member(mode, tie, member)]
+            add += [_score_text(score), encode(tie, member)]
         if (score is not None and tie != rtie) or (score is None and rtie is not None):
             key, d, p = bucket(inst.directory, index_key, string_slot(member))
             drop, put = buckets.setdefault(key, (d, p, [], []))[2:]

@@ -70,6 +70,7 @@ board lives in one Cluster slot and one script may touch all of it.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 TOTAL_INSTANCE = "total"
 
@@ -82,14 +83,20 @@ INDEX_EXPIRY_SPREAD_MS = 60_000
 _SLOT_PRIME = 16_777_213  # xhash.lua XH.string_slot: djb2 modulo the largest prime below 2^24
 
 
+@lru_cache(maxsize=200_000)
+def string_slot(s: str) -> int:
+    """xhash.lua XH.string_slot: where a member id (or a key) falls in an xhash directory."""
+    h = 5381
+    for byte in s.encode():
+        h = (h * 33 + byte) % _SLOT_PRIME
+    return h
+
+
 def index_expiry(expire_at_ms: int, key: str) -> int:
     """When a tie index key of a period expiring at `expire_at_ms` expires (0: never)."""
     if expire_at_ms == 0:
         return 0
-    h = 5381
-    for byte in key.encode():
-        h = (h * 33 + byte) % _SLOT_PRIME
-    return expire_at_ms + h % INDEX_EXPIRY_SPREAD_MS
+    return expire_at_ms + string_slot(key) % INDEX_EXPIRY_SPREAD_MS
 
 
 BUCKET_PREFIX = "b~"  # a rolling bucket's instance name: never a window's (no `:` before it)
