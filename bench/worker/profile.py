@@ -6,6 +6,8 @@ socket waits for Redis' replies is Redis' work, reported apart (`waiting_on_redi
 
     parse       common/events.py (JSON, validation), common/boards.py (board ids)
     chunk       worker/apply.py: windows, chunks, masks, outcomes
+    decide      worker/decide.py, worker/boardstate.py, common/store/guarded.py, common/store/encoding.py:
+                the worker's decisions, its kept state and reads, the guarded writes' arguments
     arguments   common/store/apply.py, common/idwindow.py: typed requests to ARGV, fingerprints
     redis       the redis client (commands, connection, reply parsing), sockets
     other       the rest (stdlib, dataclasses, enum)
@@ -32,6 +34,10 @@ BATCH_MESSAGES = 10  # messages per apply: 1000 events, as the worker's arrays b
 _GROUPS = (
     ("parse", ("common/events.py", "common/boards.py")),
     ("chunk", ("worker/apply.py",)),
+    (
+        "decide",
+        ("worker/decide.py", "worker/boardstate.py", "common/store/guarded.py", "common/store/encoding.py"),
+    ),
     ("arguments", ("common/store/apply.py", "common/idwindow.py", "common/store/scripts.py")),
     ("redis", ("/redis/", "hiredis")),
 )

@@ -20,7 +20,15 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from common.settings import Settings
 from common.store.keys import partition_sources
 from rankstream.stack import free_port
-from tests.helpers import applied_so_far, check_dlq, http_status, wait_for, worker_env
+from tests.helpers import (
+    applied_so_far,
+    check_dlq,
+    http_status,
+    stop_workers,
+    wait_applied_and_committed,
+    wait_for,
+    worker_env,
+)
 from tests.integration.test_worker_oracle import total_applied, worker_process
 from tests.oracle import BOARDS, ORACLE_BOARDS, Message, compare_redis, generate, now_ms, run_model
 
@@ -35,20 +43,27 @@ def previous_release(dest: Path) -> Path:
     log = ["git", "-C", str(ROOT), "log", "--diff-filter=A", "--format=%H", "--", "common/lua/idwindow.lua"]
     added = subprocess.run(log, capture_output=True, text=True, check=True).stdout.split()
     assert added, "no git history of common/lua/idwindow.lua: the upgrade test needs a full clone"
-    archive = ["git", "-C", str(ROOT), "archive", f"{added[-1]}^"]
-    tree = subprocess.run(archive, capture_output=True, check=True).stdout
-    dest.mkdir(parents=True)
-    subprocess.run(["tar", "-x", "-C", str(dest)], input=tree, check=True)
+    release_tree(f"{added[-1]}^", dest)
     assert not (dest / "common" / "lua" / "idwindow.lua").exists()
     return dest
 
 
-def old_worker(settings: Settings, release: Path, log: Path) -> subprocess.Popen[bytes]:
-    """`rankstream worker` of the previous release: its tree is cwd and PYTHONPATH, so its modules
+def release_tree(commit: str, dest: Path) -> Path:
+    """The tree of `commit`, extracted to `dest`."""
+    tree = subprocess.run(["git", "-C", str(ROOT), "archive", commit], capture_output=True, check=True).stdout
+    dest.mkdir(parents=True)
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=tree, check=True)
+    return dest
+
+
+def old_worker(
+    settings: Settings, release: Path, log: Path, worker_id: str = "pod-a"
+) -> subprocess.Popen[bytes]:
+    """`rankstream worker` of an earlier release: its tree is cwd and PYTHONPATH, so its modules
     shadow the editable install of this one."""
-    # the previous release refuses settings it does not know: this one's period results topic
+    # the release before offset fences refuses settings it does not know: the results topic
     unknown = ("PYTHON", "RANKSTREAM_TOPIC_RESULTS")
-    env = {k: v for k, v in worker_env(settings, worker_id="pod-a").items() if not k.startswith(unknown)}
+    env = {k: v for k, v in worker_env(settings, worker_id=worker_id).items() if not k.startswith(unknown)}
     env["PYTHONPATH"] = str(release)
     argv = [sys.executable, "-m", "rankstream.cli", "worker"]
     with log.open("wb") as out:
@@ -188,3 +203,47 @@ def test_upgrade_from_the_previous_release_while_producing(
     boards_after = {m.key.decode() for m in part_b if m.valid}
     for board in sorted(boards_after & set(BOARDS)):
         assert rclient.hget(f"{prefix}{{{board}}}:fence", "e") == sources["epoch"].encode(), board
+
+
+RELEASE_0_1_0 = "cba386c"  # every event decided in Redis by apply.lua
+
+
+def test_rolling_update_from_0_1_0_while_producing(
+    topics, make_settings, tmp_path, rclient, consumer_factory
+):
+    """A rolling update from 0.1.0 while events flow: a 0.1.0 worker applies, a new one joins and
+    takes half the partitions (both write, each release its own way: the new worker must see the
+    old one's writes on boards it keeps a state of), the old one leaves, its replacement is new.
+    Ends exactly at the model; each bad event dead-lettered once."""
+    (tmp_path / "boards.yaml").write_text(ORACLE_BOARDS)
+    settings: Settings = make_settings(boards=tmp_path / "boards.yaml")
+    release = release_tree(RELEASE_0_1_0, tmp_path / "0.1.0")
+    start = now_ms()
+    stream = list(generate(11, EVENTS, start))
+    model = run_model(stream, start)
+    target = total_applied(model)
+    thirds = [
+        stream[: len(stream) // 3],
+        stream[len(stream) // 3 : 2 * len(stream) // 3],
+        stream[2 * len(stream) // 3 :],
+    ]
+    old = old_worker(settings, release, tmp_path / "0.1.0.log")
+    new_b = new_a = None
+    try:
+        produce(settings, thirds[0], pace_s=0.05)
+        wait_for(lambda: applied_so_far(rclient, settings) > target * 0.15, 90, "0.1.0 applying")
+        new_b = worker_process(settings, worker_id="pod-b")  # joins: partitions split between releases
+        produce(settings, thirds[1], pace_s=0.05)
+        wait_for(lambda: applied_so_far(rclient, settings) > target * 0.5, 90, "half applied")
+        assert old.poll() is None, (tmp_path / "0.1.0.log").read_text()[-2000:]
+        old.send_signal(signal.SIGTERM)  # rolled: its replacement runs this release
+        assert old.wait(30) == 0
+        new_a = worker_process(settings, worker_id="pod-a")
+        produce(settings, thirds[2], pace_s=0.05)
+        wait_applied_and_committed(rclient, settings, target)
+    finally:
+        stop_workers(new_a, new_b)
+        if old.poll() is None:
+            old.kill()
+    compare_redis(rclient, settings.key_prefix, model)
+    check_dlq(consumer_factory, settings, model, exact=True)
