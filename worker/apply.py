@@ -259,7 +259,7 @@ class Applier:
         self._window_s = id_window_s
         self._now_ms = now_ms
         # what worker/sources.py learns from Redis before each batch
-        self.epoch = epoch  # the Redis data set's epoch, written into and checked against fences
+        self._epoch = epoch  # the Redis data set's epoch, written into and checked against fences
         self.slot_marks = False  # a cluster's slots are marked: a board without a fence checks its own
         self.legacy_ttl_ms = 0  # > 0 while adopting the previous release's boards (its id records)
         self.listpack_cap = LISTPACK_CAP
@@ -276,6 +276,17 @@ class Applier:
         self._script = ApplyScript()
         # the boards' state for deciding in the worker (worker/boardstate.py); None: apply.lua decides
         self.states = BoardStates(state_cells) if state_cells > 0 else None
+
+    @property
+    def epoch(self) -> str:
+        return self._epoch
+
+    @epoch.setter
+    def epoch(self, epoch: str) -> None:
+        """Another data set in Redis (worker/sources.py): what the worker kept of the old one goes."""
+        if epoch != self._epoch and self.states is not None:
+            self.states.drop_all()
+        self._epoch = epoch
 
     def _slots(self, board_type: BoardType, ts: int) -> _Slots:
         """The instances an event of `board_type` at `ts` counts in. Consecutive events share

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from typing import cast
+
+from common.boards import parse_boards
+from common.store.topology import Store
+from worker.apply import Applier
 from worker.boardstate import BoardStates, Stats
 from worker.decide import ABSENT, BoardState, InstanceState
 from worker.metrics import WorkerMetrics
@@ -45,3 +50,14 @@ def test_the_metrics_read_the_counts_when_scraped():
     assert sample("rankstream_worker_state_chunks", {"how": "hit"}) == 5
     assert sample("rankstream_worker_state_chunks", {"how": "conflict"}) == 2
     assert sample("rankstream_worker_state_cells") == 300
+
+
+def test_another_redis_data_set_forgets_every_board():
+    boards = parse_boards("types:\n  g: {windows: [total]}\n")
+    applier = Applier(cast("Store", None), boards, "p:", 60, epoch="E1")  # never called: no event
+    assert applier.states is not None
+    applier.states._keep("a", _state(3))
+    applier.epoch = "E1"
+    assert applier.states.stats.boards == 1
+    applier.epoch = "E2"
+    assert applier.states.stats.boards == 0 and applier.states.stats.cells == 0
