@@ -43,8 +43,9 @@ for _ = 1, tonumber(ARGV[G.ND]) do
   if redis.call('STRLEN', key(ARGV[at + 1])) ~= tonumber(ARGV[at + 2]) then return {0} end
   at = at + 2
 end
+local held = {}  -- key position -> entries before the writes (a tie index bucket's size)
 for _ = 1, tonumber(ARGV[G.NP]) do
-  redis.call(ARGV[at + 2] == 'z' and 'ZCARD' or 'HLEN', key(ARGV[at + 1]))
+  held[ARGV[at + 1]] = redis.call(ARGV[at + 2] == 'z' and 'ZCARD' or 'HLEN', key(ARGV[at + 1]))
   at = at + 2
 end
 local window = tonumber(ARGV[G.WINDOW])
@@ -108,14 +109,14 @@ for _ = 1, tonumber(ARGV[G.NO]) do
     at = at + 6 + n
   else  -- 't'
     local bucket, dir, d, p, expire_at = key(ARGV[at + 2]), ARGV[at + 3], tonumber(ARGV[at + 4]), tonumber(ARGV[at + 5]), ARGV[at + 6]
-    local x = index(dir, expire_at)
+    local x, card = index(dir, expire_at), held[ARGV[at + 2]]  -- probed before the first write
     local nd = tonumber(ARGV[at + 7])
-    if nd > 0 then redis.call('HDEL', bucket, unpack(ARGV, at + 8, at + 7 + nd)) end
+    if nd > 0 then card = card - redis.call('HDEL', bucket, unpack(ARGV, at + 8, at + 7 + nd)) end
     at = at + 7 + nd
     local np = tonumber(ARGV[at + 1])
     local new = np > 0 and redis.call('HSET', bucket, unpack(ARGV, at + 2, at + 1 + 2 * np)) or 0
     if new > 0 then
-      local card = XH.settle(x, bucket, d, p, new)
+      card = XH.settle_at(x, bucket, d, p, new, card + new)
       if card == new then x.expire(bucket) elseif card < 0 then split[dir] = true end
     end
     at = at + 1 + 2 * np

@@ -157,7 +157,11 @@ end
 -- multiple of the cap: past the cap itself, and for a bucket a split could not separate past
 -- the next multiple, so its writes stay cheap.
 function XH.settle(x, key, d, p, new)
-  local card = XH.size(x, key)
+  return XH.settle_at(x, key, d, p, new, XH.size(x, key))
+end
+
+-- XH.settle when the caller knows how many entries the bucket holds now (`card`)
+function XH.settle_at(x, key, d, p, new, card)
   local cap = x.cap
   if d < XH.MAX_DEPTH and card > cap and math.floor((card - new - 1) / cap) < math.floor((card - 1) / cap)
      and split(x, key, d, p) then
