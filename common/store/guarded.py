@@ -2,9 +2,9 @@
 
 The worker decides a chunk's outcome from what it knows of the board (worker/decide.py); Redis
 runs the writes only if the board is still as the worker read it: the same seq, the same fence
-fields, the same directory lengths (a split comes with a seq change), and none of the chunk's id
-fingerprints applied within the id window. The script's layout (KEYS and ARGV positions) is this
-module's alone.
+fields, the same directory lengths (a split comes with a seq change), every key it writes of the
+type it writes (probed first), and none of the chunk's id fingerprints applied within the id
+window. The script's layout (KEYS and ARGV positions) is this module's alone.
 """
 
 from __future__ import annotations
@@ -95,6 +95,7 @@ class GuardedWrite:
         return at
 
     def call(self) -> Call:
+        """The script call (once per request: it numbers the keys as it names them)."""
         keys = self.keys
         head: dict[str, ArgT] = {
             "EXPECT": self.expect_seq,
