@@ -19,7 +19,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from common.events import Op
 from common.store.apply import ApplyReply, ApplyRequest, ForeignEpoch, Instance
@@ -57,8 +57,7 @@ class Stats:
 def decidable(req: ApplyRequest) -> bool:
     """Chunks the worker decides: windows total, calendar, fixed, seasons; events, not control ops."""
     return (
-        req.max_members == 0
-        and req.legacy_ttl_ms == 0
+        req.legacy_ttl_ms == 0
         and req.tie_index
         and all(inst.rolling is None and not inst.sealable for inst in req.instances)
         and not any(ev.op in _NOT_DECIDED for ev in req.events)
@@ -281,9 +280,11 @@ class BoardStates:
                 packed = _instance(n.req, name).packing is not None
                 index = keys.tie_index(name)
                 pipe.get(index)
-                pipe.exists(keys.state(name), keys.overflow(name, packed))
+                overflow = keys.overflow(name, packed)
+                # a state hash, or (without max_members) an overflow zset: apply.lua's to handle
+                pipe.exists(keys.state(name), *([] if n.req.max_members else [overflow]))
                 pipe.pexpiretime(keys.rank(name, packed))
-                pipe.exists(keys.rank(name, packed), index, f"{index}:0:0")  # none: an empty instance
+                pipe.exists(keys.rank(name, packed), overflow, index, f"{index}:0:0")  # none: empty
             if n.metas:
                 pipe.hmget(keys.meta, n.metas)
         got = iter(pipe.execute())
@@ -331,9 +332,10 @@ class BoardStates:
 
     def _read_members(self, client: Store, needs: Sequence[_Need]) -> None:
         """Two round trips: the ties of the members the tie indexes know (packed instances: their
-        scores), then the scores of those entries."""
+        scores), then the scores of those entries. With max_members a member's entry is in the
+        rank zset or the overflow: both are read."""
         reads = client.pipeline(transaction=False)
-        plan: list[tuple[InstanceState, str, list[str], TieMode]] = []  # (instance, rank key, members, mode)
+        plan: list[_Read] = []
         for n in needs:
             if n.state is None:
                 continue
@@ -345,51 +347,82 @@ class BoardStates:
                     plan += _queue_reads(reads, n.req, name, inst, members)
         if not plan:
             return
-        pipe = client.pipeline(transaction=False)
-        ties: list[tuple[InstanceState, list[tuple[str, int]]]] = []
-        for (inst, rank, members, mode), got in zip(plan, reads.execute(), strict=True):
-            present = _take_ties(inst, members, got)
-            if present:
-                pipe.zmscore(rank, [encode_member(mode, t, m) for m, t in present])
-                ties.append((inst, present))
-        if not ties:
-            return
-        for (inst, present), got in zip(ties, pipe.execute(), strict=True):
-            for (m, t), score in zip(present, got, strict=True):
-                # an entry the index names but the zset lacks is absent (its index field goes
-                # when the member is written: apply.lua's prefetch_indexed)
-                inst.cells[m] = (None, 0, t) if score is None else (float(score), t, t)
+        _read_scores(client, plan, reads.execute())
+
+
+def _read_scores(client: Store, plan: list[_Read], replies: list[Any]) -> None:
+    """The second round trip: the scores of the entries whose ties the tie indexes gave."""
+    got = iter(replies)
+    pipe = client.pipeline(transaction=False)
+    ties: list[tuple[_Read, list[tuple[str, int]]]] = []
+    for read in plan:
+        if read.inst.packing is not None:
+            _take_packed(read, [next(got) for _ in read.zsets])
+            continue
+        present = _take_ties(read, next(got))
+        if present:
+            encoded = [encode_member(read.mode, t, m) for m, t in present]
+            for zset in read.zsets:
+                pipe.zmscore(zset, encoded)
+            ties.append((read, present))
+    if not ties:
+        return
+    got = iter(pipe.execute())
+    for read, present in ties:
+        scores = _first_found([next(got) for _ in read.zsets])
+        for (m, t), score in zip(present, scores, strict=True):
+            # an entry the index names but neither zset holds is absent (its index field goes
+            # when the member is written: apply.lua's prefetch_indexed)
+            read.inst.cells[m] = (None, 0, t) if score is None else (float(score), t, t)
+
+
+class _Read(NamedTuple):
+    inst: InstanceState
+    zsets: list[str]  # the rank zset, and with max_members the overflow
+    members: list[str]
+    mode: TieMode
 
 
 def _queue_reads(
     reads: Any, req: ApplyRequest, name: str, inst: InstanceState, members: list[str]
-) -> list[tuple[InstanceState, str, list[str], TieMode]]:
+) -> list[_Read]:
     """A packed instance's members' scores; a general one's ties, one HMGET per index bucket."""
-    keys = req.keys
-    rank = keys.rank(name, inst.packing is not None)
-    if inst.packing is not None:
-        reads.zmscore(rank, members)
-        return [(inst, rank, members, req.mode)]
+    keys, packed = req.keys, inst.packing is not None
+    zsets = [keys.rank(name, packed)] + ([keys.overflow(name, packed)] if req.max_members else [])
+    if packed:
+        for zset in zsets:
+            reads.zmscore(zset, members)
+        return [_Read(inst, zsets, members, req.mode)]
     groups: dict[str, list[str]] = {}
     for m in members:
         groups.setdefault(bucket(inst.directory, keys.tie_index(name), string_slot(m))[0], []).append(m)
     for key, group in groups.items():
         reads.hmget(key, group)
-    return [(inst, rank, group, req.mode) for group in groups.values()]
+    return [_Read(inst, zsets, group, req.mode) for group in groups.values()]
 
 
-def _take_ties(inst: InstanceState, members: list[str], got: list[Any]) -> list[tuple[str, int]]:
-    """A packed instance's members (their packed scores are their state), or a general one's
-    absent members; returns the general instance's members the tie index knows, with their tie."""
-    if inst.packing is not None:
-        for m, value in zip(members, got, strict=True):
-            st = None if value is None else inst.packing.unpack(value)
-            inst.cells[m] = ABSENT if st is None else (st.score, st.tie_ms, st.tie_ms)
-        return []
+def _first_found(replies: list[list[Any]]) -> list[Any]:
+    """Per member, its score in the first zset that holds it (None: none does)."""
+    out = list(replies[0])
+    for more in replies[1:]:
+        out = [a if a is not None else b for a, b in zip(out, more, strict=True)]
+    return out
+
+
+def _take_packed(read: _Read, replies: list[list[Any]]) -> None:
+    """A packed instance holds its members under their own ids: their packed scores are the state."""
+    assert read.inst.packing is not None
+    for m, value in zip(read.members, _first_found(replies), strict=True):
+        st = None if value is None else read.inst.packing.unpack(value)
+        read.inst.cells[m] = ABSENT if st is None else (st.score, st.tie_ms, st.tie_ms)
+
+
+def _take_ties(read: _Read, got: list[Any]) -> list[tuple[str, int]]:
+    """A general instance's absent members; returns those the tie index knows, with their tie."""
     present = []
-    for m, t in zip(members, got, strict=True):
+    for m, t in zip(read.members, got, strict=True):
         if t is None:
-            inst.cells[m] = ABSENT
+            read.inst.cells[m] = ABSENT
         else:
             present.append((m, int(t)))
     return present

@@ -1,9 +1,9 @@
 """A board chunk's outcome, decided in the worker: what apply.lua decides, from the worker's own
 state of the board (worker/boardstate.py) instead of inside Redis.
 
-For boards whose windows are total, calendar, fixed-length periods and seasons (no rolling
-window, no emitted result, no max_members, no previous release's layout to adopt) and for
-events, not erase or reset: those still go through apply.lua. `decide` is pure: it reads the
+For boards whose windows are total, calendar, fixed-length periods and seasons, with or without
+max_members (no rolling window, no emitted result, no previous release's layout to adopt), and
+for events, not erase or reset: those still go through apply.lua. `decide` is pure: it reads the
 board's state and returns the per-event replies apply.lua would have returned, the writes that
 make Redis agree (common/store/guarded.py), and the state after them, which the caller keeps once
 Redis took the writes. The rules are apply.lua's, in its order: the offset fence, the failure
@@ -30,7 +30,7 @@ from common.store.encoding import (
     encode_member,
     format_score,
 )
-from common.store.guarded import Command, GuardedWrite, IdBucket, IndexBucket, Write
+from common.store.guarded import Command, GuardedWrite, IdBucket, IndexBucket, Rebalance, Write
 from common.store.keys import string_slot
 
 # a member's state in one instance: (score, tie ms) or None if absent; and the tie of its entry
@@ -269,6 +269,7 @@ class _Chunk:
             if isinstance(w, Command) and w.name in _PROBED
         ]
         probes += [(w.key, "h") for w in writes if isinstance(w, IndexBucket)]
+        probes += [(k, "z") for w in writes if isinstance(w, Rebalance) for k in (w.rank, w.overflow)]
         write = GuardedWrite(
             keys=keys,
             expect_seq=state.seq,
@@ -367,10 +368,11 @@ def _plan(req: ApplyRequest, c: Cell, ev: ApplyEvent, i: int) -> Cell | None:
 def _instance_writes(
     req: ApplyRequest, name: str, inst: InstanceState, changed: dict[str, Cell]
 ) -> list[Write]:
-    """apply.lua `flush` for one instance's changed members: the tie index, ZREM, ZADD, expiry."""
+    """apply.lua `flush` for one instance's changed members: the tie index, ZREM (from the rank
+    zset, and with max_members from the overflow), ZADD, the max_members split, expiry."""
     instance = next(x for x in req.instances if x.name == name)
-    keys = req.keys
-    rank = keys.rank(name, inst.packing is not None)
+    keys, packed = req.keys, inst.packing is not None
+    rank, overflow = keys.rank(name, packed), keys.overflow(name, packed)
     if inst.packing is not None:
         packing = inst.packing
         add = [
@@ -380,25 +382,35 @@ def _instance_writes(
             for x in (format_score(pack(packing, s, t)), m)
         ]
         rem = [m for m, (s, _, _) in changed.items() if s is None]
+        gone = [m for m, (_, _, rtie) in changed.items() if rtie is not None]  # the overflow may hold it
         out: list[Write] = []
     else:
-        rem, add, out = _general_writes(req, name, inst, changed, instance.expire_at_ms)
+        rem, add, gone, out = _general_writes(req, name, inst, changed, instance.expire_at_ms)
+    capped = req.max_members > 0
     if rem:
         out.append(Command("ZREM", rank, tuple(rem)))
+    if capped and gone:
+        out.append(Command("ZREM", overflow, tuple(gone)))
     if add:
         out.append(Command("ZADD", rank, tuple(add)))
+    if capped:
+        out.append(Rebalance(rank, overflow, len(changed), req.max_members, req.desc))
     if instance.expire_at_ms:
         out.append(Command("PEXPIREAT", rank, (instance.expire_at_ms,)))
+        if capped:
+            out.append(Command("PEXPIREAT", overflow, (instance.expire_at_ms,)))
     return out
 
 
 def _general_writes(
     req: ApplyRequest, name: str, inst: InstanceState, changed: dict[str, Cell], expire_at_ms: int
-) -> tuple[list[str], list[str], list[Write]]:
-    """A general instance: entries to remove and add (tie-prefixed), and its tie index's writes."""
+) -> tuple[list[str], list[str], list[str], list[Write]]:
+    """A general instance: entries to remove from the rank zset, to add (tie-prefixed), the old
+    entries the overflow may hold, and its tie index's writes."""
     mode, index_key = req.mode, req.keys.tie_index(name)
     rem: list[str] = []
     add: list[str] = []
+    gone: list[str] = []
     prefixes: dict[int, str] = {}
 
     def encode(tie: int, member: str) -> str:  # encode_member, each tie's prefix formatted once
@@ -409,8 +421,10 @@ def _general_writes(
 
     buckets: dict[str, tuple[int, int, list[str], list[tuple[str, int]]]] = {}
     for member, (score, tie, rtie) in changed.items():
-        if rtie is not None and not (score is not None and (mode is TieMode.NONE or tie == rtie)):
-            rem.append(encode(rtie, member))
+        if rtie is not None:
+            gone.append(encode(rtie, member))
+            if not (score is not None and (mode is TieMode.NONE or tie == rtie)):
+                rem.append(gone[-1])
         if score is not None:
             add += [_score_text(score), encode(tie, member)]
         if (score is not None and tie != rtie) or (score is None and rtie is not None):
@@ -420,8 +434,8 @@ def _general_writes(
                 drop.append(member)
             else:
                 put.append((member, tie))
-    index = [
+    index: list[Write] = [
         IndexBucket(k, index_key, d, p, expire_at_ms, tuple(dr), tuple(pu))
         for k, (d, p, dr, pu) in buckets.items()
     ]
-    return rem, add, list[Write](index)
+    return rem, add, gone, index

@@ -66,7 +66,17 @@ class IndexBucket(NamedTuple):
     put: tuple[tuple[str, int], ...]
 
 
-Write = Command | IdBucket | IndexBucket
+class Rebalance(NamedTuple):
+    """max_members: the instance's rank zset keeps exactly its best members (overflow.lua)."""
+
+    rank: str
+    overflow: str
+    changed: int  # members just written: the most that can move up
+    max_members: int
+    desc: bool
+
+
+Write = Command | IdBucket | IndexBucket | Rebalance
 
 
 @dataclass
@@ -124,6 +134,9 @@ class GuardedWrite:
         for w in self.writes:
             if isinstance(w, Command):
                 args += ["c", w.name, self.position(w.key), len(w.args), *w.args]
+            elif isinstance(w, Rebalance):
+                rank, overflow = self.position(w.rank), self.position(w.overflow)
+                args += ["r", rank, overflow, w.changed, w.max_members, "1" if w.desc else "0"]
             elif isinstance(w, IdBucket):
                 ids = self.position(keys.id_window)
                 args += ["i", self.position(w.key), ids, w.depth, w.prefix, len(w.fingerprints)]

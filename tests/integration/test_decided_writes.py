@@ -33,6 +33,8 @@ types:
   asc: {windows: [total, hour], order: asc, tie_break: last}
   r: {windows: [total, day], score_range: [-1000, 1000000]}
   n: {windows: [total], tie_break: none}
+  cap: {windows: [total, day], max_members: 5}
+  capr: {windows: [total, day], max_members: 4, order: asc, score_range: [-1000, 1000000]}
 hot:
   - board: g:hot
 """
@@ -180,12 +182,13 @@ def _dump(client: Any, prefix: str) -> dict[str, Any]:
 @BOTH_TOPOLOGIES
 @pytest.mark.parametrize("seed", [1, 2])
 def test_redis_holds_what_apply_lua_leaves_through_splits_and_turns(rclient, settings, seed):
-    """A random stream over every layout (general, ascending, declared range, no tie) and a hot
-    board, ids repeated, messages redelivered, small buckets (cap 4: the id window's and the tie
-    indexes' directories split); once through apply.lua alone, once through three workers taking
-    turns (two deciding, one not). Same replies, same keys, same values."""
+    """A random stream over every layout (general, ascending, declared range, no tie, max_members
+    in the general and the packed layout) and a hot board, ids repeated, messages redelivered,
+    small buckets (cap 4: the id window's and the tie indexes' directories split); once through
+    apply.lua alone, once through three workers taking turns (two deciding, one not). Same
+    replies, same keys, same values."""
     rng = random.Random(seed)
-    boards = ["g:a", "g:hot", "asc:b", "r:c", "n:d"]
+    boards = ["g:a", "g:hot", "asc:b", "r:c", "n:d", "cap:e", "capr:f"]
     members = [f"m{i}" for i in range(60)]
     stream: list[tuple[UpdateEvent, int]] = []
     for i in range(1500):

@@ -3,6 +3,7 @@
 --! include xhash
 --! include idwindow
 --! include tieindex
+--! include overflow
 --
 -- KEYS (positions in KEY and INST, from common/store/apply.py): board seq, board meta hash,
 --       board fence hash, id window directory,
@@ -83,45 +84,7 @@ local function better(a, b)
   return a < b
 end
 
--- move zset rows (member, score, ...) from one zset to the other
-local function move(from, to, rows)
-  if #rows == 0 then return end
-  local add, rem = {}, {}
-  for j = 1, #rows, 2 do
-    add[#add + 1] = rows[j + 1]
-    add[#add + 1] = rows[j]
-    rem[#rem + 1] = rows[j]
-  end
-  redis.call('ZREM', from, unpack(rem))
-  redis.call('ZADD', to, unpack(add))
-end
-
--- the k best (or worst) members of a zset in the board's order, with their scores
-local function edge(key, k, best)
-  if best == desc then return redis.call('ZRANGE', key, -k, -1, 'WITHSCORES') end
-  return redis.call('ZRANGE', key, 0, k - 1, 'WITHSCORES')
-end
-
--- keep the rank zset exactly the best maxm members, the rest in the overflow zset. `changed`
--- members were just rewritten: the best `changed` of the overflow are the only ones that can
--- belong in the rank zset now, so they move up, then whatever is beyond maxm moves down (in
--- slices: Lua's unpack takes at most ~8000 values, and a max_members just lowered on a board
--- that already holds many members leaves a large excess)
-local SLICE = 1000
-local function rebalance(rk, ov, changed)
-  local up = math.min(changed, redis.call('ZCARD', ov))
-  while up > 0 do
-    local k = math.min(up, SLICE)
-    move(ov, rk, edge(ov, k, true))
-    up = up - k
-  end
-  local down = redis.call('ZCARD', rk) - maxm
-  while down > 0 do
-    local k = math.min(down, SLICE)
-    move(rk, ov, edge(rk, k, false))
-    down = down - k
-  end
-end
+local SLICE = OV.SLICE
 
 -- Per call, each (instance, member) is read from Redis once, before any decision (one HMGET
 -- per instance), and written once, after the last (one ZREM/ZADD/HSET/HDEL per instance): a
@@ -229,7 +192,7 @@ local function write_zsets(i, rem, gone, add, changed)
   if #rem > 0 then redis.call('ZREM', rk, unpack(rem)) end
   if maxm > 0 and #gone > 0 then redis.call('ZREM', ov, unpack(gone)) end
   if #add > 0 then redis.call('ZADD', rk, unpack(add)) end
-  if maxm > 0 then rebalance(rk, ov, changed) end
+  if maxm > 0 then OV.rebalance(rk, ov, changed, maxm, desc) end
 end
 
 -- a packed instance: the member's own id, its packed score; no state hash
@@ -470,10 +433,10 @@ if maxm == 0 and W > 0 then
   end
   if found > 0 then
     for i = 1, W do
-      local rows = edge(overflows[i], SLICE, true)
+      local rows = OV.edge(overflows[i], SLICE, true, desc)
       while #rows > 0 do
-        move(overflows[i], ikey(i, INST.RANK), rows)
-        rows = edge(overflows[i], SLICE, true)
+        OV.move(overflows[i], ikey(i, INST.RANK), rows)
+        rows = OV.edge(overflows[i], SLICE, true, desc)
       end
     end
   end

@@ -1,6 +1,7 @@
 -- guarded.lua: runs the writes the worker decided for one board's events (worker/decide.py)
 -- if, and only if, the board is still as the worker last read it; else writes nothing.
 --! include xhash
+--! include overflow
 --
 -- KEYS: K.SEQ, K.FENCE, K.SLOT (the slot's mark; the fence when unmarked), K.MOVING (never
 --       written: a call during a slot migration is refused on both sides, as apply.lua's is),
@@ -16,6 +17,8 @@
 --   't' bucket, directory, depth, prefix, expire at ('0' = never), count, fields...,
 --        count, (field, tie)...   a tie index bucket: HDEL, HSET, a split if it outgrew the
 --        cap, a new bucket's expiry (tieindex.lua TI.write)
+--   'r' rank, overflow, count, max_members, '1' if descending   max_members: the best of the
+--        overflow move up (as many as the count of members just written), the excess down
 -- Every check reads each key it writes with the type it writes (the id buckets through the id
 -- check, the directories through their length, the probes), so a key of another type in the
 -- board's place fails the call before its first write: nothing is ever half written.
@@ -107,6 +110,9 @@ for _ = 1, tonumber(ARGV[G.NO]) do
     local card = XH.settle(x, bucket, d, p, new)
     if card >= 0 then x.expire(bucket) else split[dir] = true end
     at = at + 6 + n
+  elseif op == 'r' then
+    OV.rebalance(key(ARGV[at + 2]), key(ARGV[at + 3]), tonumber(ARGV[at + 4]), tonumber(ARGV[at + 5]), ARGV[at + 6] == '1')
+    at = at + 6
   else  -- 't'
     local bucket, dir, d, p, expire_at = key(ARGV[at + 2]), ARGV[at + 3], tonumber(ARGV[at + 4]), tonumber(ARGV[at + 5]), ARGV[at + 6]
     local x, card = index(dir, expire_at), held[ARGV[at + 2]]  -- probed before the first write
