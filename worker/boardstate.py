@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 from common.events import Op
 from common.store.apply import ApplyReply, ApplyRequest, ForeignEpoch, Instance
 from common.store.encoding import TieMode, encode_member
-from common.store.guarded import Conflict, Duplicates, Foreign, GuardedScript, GuardReply, Written
+from common.store.guarded import Conflict, Duplicates, Foreign, GuardedScript, GuardReply, Sealed, Written
 from common.store.keys import string_slot
 from common.store.topology import Store
 from worker.decide import (
@@ -59,7 +59,7 @@ def decidable(req: ApplyRequest) -> bool:
     return (
         req.legacy_ttl_ms == 0
         and req.tie_index
-        and all(inst.rolling is None and not inst.sealable for inst in req.instances)
+        and all(inst.rolling is None for inst in req.instances)
         and not any(ev.op in _NOT_DECIDED for ev in req.events)
     )
 
@@ -181,9 +181,8 @@ class BoardStates:
         if isinstance(reply, Written):
             self._commit(board, decision, reply)
             return False, decision.replies
-        if isinstance(reply, Duplicates):  # the kept state holds: only these ids are known now
-            applied.update(reply.fingerprints)
-            return True, None
+        if isinstance(reply, Duplicates | Sealed):
+            return self._learn(board, decision, reply, applied), None
         self.drop(board)
         if isinstance(reply, Conflict):
             self.stats.conflicts += 1
@@ -192,6 +191,19 @@ class BoardStates:
             return False, ForeignEpoch(reply.found)
         self.stats.fallbacks += 1  # an error reply: apply.lua's path finds out which event, or raises
         return False, None
+
+    def _learn(self, board: str, decision: Decision, reply: Duplicates | Sealed, applied: set[bytes]) -> bool:
+        """What guarded.lua found that the kept state did not know (it still holds otherwise);
+        whether to decide again with it."""
+        if isinstance(reply, Duplicates):  # these ids were applied within the id window
+            applied.update(reply.fingerprints)
+            return True
+        state = self._states.get(board)
+        if state is None:
+            return False
+        keys = decision.write.keys  # these periods' results are sealed: final from now on
+        state.sealed.update(n for n in state.instances if keys.prepared(n) in reply.markers)
+        return True
 
     def _commit(self, board: str, d: Decision, reply: Written) -> None:
         state = self._states.get(board)

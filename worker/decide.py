@@ -2,8 +2,9 @@
 state of the board (worker/boardstate.py) instead of inside Redis.
 
 For boards whose windows are total, calendar, fixed-length periods and seasons, with or without
-max_members (no rolling window, no emitted result, no previous release's layout to adopt), and
-for events, not erase or reset: those still go through apply.lua. `decide` is pure: it reads the
+max_members and period results (no rolling window, no previous release's layout to adopt), and
+for events, not erase or reset: those still go through apply.lua. A period whose result is
+sealed is final: events skip it (counted late), as apply.lua's do. `decide` is pure: it reads the
 board's state and returns the per-event replies apply.lua would have returned, the writes that
 make Redis agree (common/store/guarded.py), and the state after them, which the caller keeps once
 Redis took the writes. The rules are apply.lua's, in its order: the offset fence, the failure
@@ -68,6 +69,8 @@ class BoardState:
     id_directory: bytes
     instances: dict[str, InstanceState] = field(default_factory=dict)
     metas: dict[str, str] = field(default_factory=dict)  # hot boards: member -> meta ('' = none)
+    # periods whose result is sealed (worker/results.py): final, never written again
+    sealed: set[str] = field(default_factory=set)
 
     def size(self) -> int:
         return sum(len(inst.cells) for inst in self.instances.values()) + len(self.metas)
@@ -178,6 +181,8 @@ class _Chunk:
         self.checks: list[bytes] = []  # assumed new: guarded.lua checks them
         self.seq = state.seq
         self.masks: dict[int, list[int]] = {}
+        self.sealed = {i for i, n in enumerate(self.names) if n in state.sealed}
+        self.open: dict[int, list[int]] = {}  # mask -> its instances that are not sealed
 
     def cell(self, i: int, member: str) -> Cell:
         got = self.post[i].get(member)
@@ -209,14 +214,24 @@ class _Chunk:
                     assert failed_as is not None
                     src.rejected[pos] = failed_as
                 src.offset, src.where, src.changed = ev.offset, sub, True
+        # an applied event skipped its sealed periods: late, to the worker (apply.lua's count)
+        skipped = 0
         if status is Status.APPLIED:
             self.seq += 1
+            skipped = len(inst) - len(self._open(ev.mask, inst))
         if not self.req.want_state:
-            return EventReply(status, self.seq, failed_as, (), None)
+            return EventReply(status, self.seq, failed_as, (), None, (), skipped)
+        # (a sealed period reports its final state: a hot node re-publishes it)
         cells = [self.cell(i, ev.member) for i in inst] if ev.op != "x" else []
         states = tuple(None if c[0] is None else MemberState(c[0], c[1]) for c in cells)
         meta = self.metas.get(ev.member, self.state.metas.get(ev.member, ""))
-        return EventReply(status, self.seq, failed_as, states, meta.encode() or None)
+        return EventReply(status, self.seq, failed_as, states, meta.encode() or None, (), skipped)
+
+    def _open(self, mask: int, inst: list[int]) -> list[int]:
+        got = self.open.get(mask)
+        if got is None:
+            got = self.open[mask] = [i for i in inst if i not in self.sealed]
+        return got
 
     def _new(self, ev: ApplyEvent, inst: list[int]) -> tuple[Status, str | None]:
         """An event the fence lets through, in apply.lua's order."""
@@ -228,7 +243,9 @@ class _Chunk:
         if ev.op == CLOSED_OP:
             return Status.FAILED, BOARD_CLOSED_MARK
         plans = [
-            (i, new) for i in inst if (new := _plan(self.req, self.cell(i, ev.member), ev, i)) is not None
+            (i, new)
+            for i in self._open(ev.mask, inst)
+            if (new := _plan(self.req, self.cell(i, ev.member), ev, i)) is not None
         ]
         integral = self.req.score_range is not None
         for _, (v, _, _) in plans:
@@ -278,6 +295,11 @@ class _Chunk:
             fence=[(f, state.fence.get(f, "")) for s in self.req.sources for f in (s.field, s.field + "!r")],
             directories=directories,
             probes=list(dict.fromkeys(probes)),
+            unsealed=[
+                keys.prepared(inst.name)
+                for inst in self.req.instances
+                if inst.sealable and inst.name not in state.sealed
+            ],
             checks=list(checks.items()),
             writes=writes,
             new_seq=self.seq if changed_seq else None,

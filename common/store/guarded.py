@@ -31,6 +31,7 @@ G = (
     "NF",
     "ND",
     "NP",
+    "NS",
     "NG",
     "NO",
 )
@@ -88,6 +89,7 @@ class GuardedWrite:
     fence: Sequence[tuple[str, str]]  # (field, value read; '' = absent)
     directories: Sequence[tuple[str, int]]  # (directory key, length read)
     probes: Sequence[tuple[str, str]]  # (key, 'z' | 'h'): read before any write (a foreign type fails)
+    unsealed: Sequence[str]  # period markers whose result must not be sealed (keys.prepared)
     checks: Sequence[tuple[str, Sequence[bytes]]]  # (id bucket key, fingerprints that must be new)
     writes: Sequence[Write]
     new_seq: int | None  # None: the seq stays
@@ -119,6 +121,7 @@ class GuardedWrite:
             "NF": len(self.fence),
             "ND": len(self.directories),
             "NP": len(self.probes),
+            "NS": len(self.unsealed),
             "NG": len(self.checks),
             "NO": len(self.writes),
         }
@@ -129,6 +132,7 @@ class GuardedWrite:
             args += [self.position(directory), length]
         for probed, kind in self.probes:
             args += [self.position(probed), kind]
+        args += [self.position(marker) for marker in self.unsealed]
         for bucket, fps in self.checks:
             args += [self.position(bucket), len(fps), *fps]
         for w in self.writes:
@@ -165,13 +169,19 @@ class Duplicates(NamedTuple):
     fingerprints: frozenset[bytes]
 
 
+class Sealed(NamedTuple):
+    """These periods' results are sealed (final): nothing was written."""
+
+    markers: frozenset[str]
+
+
 class Foreign(NamedTuple):
     """The board's fence belongs to another epoch (or, SLOT_LOST, its slot lost its data)."""
 
     found: str
 
 
-GuardReply = Written | Conflict | Duplicates | Foreign
+GuardReply = Written | Conflict | Duplicates | Sealed | Foreign
 
 
 class GuardedScript:
@@ -188,6 +198,9 @@ class GuardedScript:
             return Conflict()
         if kind == 2:
             return Duplicates(frozenset(bytes(fp) for fp in reply[1:]))
+        if kind == 3:
+            keys = {at: key for key, at in req._positions.items()}
+            return Sealed(frozenset(keys[int(at)] for at in reply[1:]))
         found = reply[1]
         return Foreign(found.decode() if isinstance(found, bytes) and found else SLOT_LOST)
 

@@ -17,6 +17,7 @@ import redis
 
 from common.boards import parse_boards
 from common.events import Op, UpdateEvent
+from common.store import periodmark
 from common.store.encoding import Status
 from common.store.guarded import GuardedWrite
 from common.store.keys import BoardKeys, index_expiry
@@ -247,3 +248,43 @@ def test_a_foreign_key_in_the_boards_place_fails_the_chunk_before_any_write(rcli
     assert "WRONGTYPE" in str(failures[0].error)
     assert rclient.get(keys.seq) == b"1"
     assert [s for _, s in rclient.zrange(day, 0, -1, withscores=True)] == [1.0]
+
+
+SEALING = parse_boards(
+    "timezone: UTC\ntypes:\n"
+    "  res: {windows: [total, day], late_grace: 1d, period_results: {windows: [day], top: 3}}\n"
+)
+
+
+def _sealed_period(client: Any, prefix: str) -> tuple[int, float, float]:
+    """Worker A keeps the board's state; the day's result is sealed (worker/results.py); A then
+    applies an event of that day: (windows it missed, the day's score, the total's score)."""
+    a = Applier(client, SEALING, prefix, 3600, epoch="E")
+    board = "res:r1"
+    keys = BoardKeys(prefix, board)
+    a.apply([(ev(board, "m", 1, "s1"), NOW)], [Position(SRC[0], 0, None)])
+    day = next(k.decode() for k in client.scan_iter(match=f"{keys.tag}:z:day:*"))
+    instance = day.split(":z:", 1)[1]
+    assert periodmark.seal(client, keys, instance, NOW + 7 * 86_400_000).sealed
+    (late,) = a.apply([(ev(board, "m", 1, "s2"), NOW)], [Position(SRC[0], 1, None)])
+    return late.late_windows, score_of(client, day, "m"), score_of(client, keys.rank("total"), "m")
+
+
+def score_of(client: Any, zset: str, member: str) -> float:
+    return next(
+        float(s) for m, s in client.zrange(zset, 0, -1, withscores=True) if m.decode().endswith(member)
+    )
+
+
+def test_a_period_sealed_after_the_worker_read_it_is_left_alone(rclient, settings):
+    """A sealed period's result is final: the worker learns of the seal from the guarded write's
+    check (nothing written), then decides again without the period, counting it late."""
+    assert _sealed_period(rclient, settings.key_prefix + "a:") == (1, 1.0, 2.0)
+    real = GuardedWrite.call
+
+    def unchecked(self: GuardedWrite) -> Call:  # the seal check taken away
+        self.unsealed = ()
+        return real(self)
+
+    with mock.patch.object(GuardedWrite, "call", unchecked):
+        assert _sealed_period(rclient, settings.key_prefix + "b:") == (0, 2.0, 2.0)

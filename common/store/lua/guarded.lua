@@ -8,7 +8,8 @@
 --       then the keys the checks and the write list name by position.
 -- ARGV: the header G, then G.NF fence (field, value the worker read: '' = absent), G.ND
 --       directories (key position, length the worker read), G.NP probes (key position, 'z' or
---       'h': a zset or hash it writes), G.NG id groups (bucket key position, count,
+--       'h': a zset or hash it writes), G.NS period markers (key position: a period whose result
+--       may be sealed, worker/results.py), G.NG id groups (bucket key position, count,
 --       fingerprints...), then G.NO writes:
 --   'c' name, key position, count, arguments...   one command
 --   'i' bucket, directory, depth, prefix, count, fingerprints...
@@ -23,7 +24,8 @@
 -- check, the directories through their length, the probes), so a key of another type in the
 -- board's place fails the call before its first write: nothing is ever half written.
 -- Returns {1, (directory position, its value)...} once written, with every directory a split
--- changed; {0} when the seq, a fence field or a directory's length is not what the worker read
+-- changed; {3, marker position...} when those periods' results are sealed (final: the worker
+-- leaves them alone and decides again); {0} when the seq, a fence field or a directory's length is not what the worker read
 -- (someone else wrote the board since: nothing written); {2, fingerprint...} when those ids
 -- were applied less than the id window ago (nothing written); {-1, epoch} a fence of another
 -- epoch, {-1, ''} no fence and no slot mark (apply.lua's answers: nothing written).
@@ -51,6 +53,13 @@ for _ = 1, tonumber(ARGV[G.NP]) do
   held[ARGV[at + 1]] = redis.call(ARGV[at + 2] == 'z' and 'ZCARD' or 'HLEN', key(ARGV[at + 1]))
   at = at + 2
 end
+local sealed = {3}
+for _ = 1, tonumber(ARGV[G.NS]) do
+  local mark = redis.call('GET', key(ARGV[at + 1]))
+  if mark and string.byte(mark, 1) == 115 then sealed[#sealed + 1] = tonumber(ARGV[at + 1]) end  -- 's'
+  at = at + 1
+end
+if #sealed > 1 then return sealed end
 local window = tonumber(ARGV[G.WINDOW])
 local now = tonumber(redis.call('TIME')[1])
 local dups = {2}
