@@ -25,10 +25,11 @@
 -- board's place fails the call before its first write: nothing is ever half written.
 -- Returns {1, (directory position, its value)...} once written, with every directory a split
 -- changed; {3, marker position...} when those periods' results are sealed (final: the worker
--- leaves them alone and decides again); {0} when the seq, a fence field or a directory's length is not what the worker read
--- (someone else wrote the board since: nothing written); {2, fingerprint...} when those ids
--- were applied less than the id window ago (nothing written); {-1, epoch} a fence of another
--- epoch, {-1, ''} no fence and no slot mark (apply.lua's answers: nothing written).
+-- leaves them alone and decides again); {0} when the seq, a fence field or a directory's length
+-- is not what the worker read (someone else wrote the board since: nothing written);
+-- {2, fingerprint...} when those ids were applied less than the id window ago (nothing
+-- written); {-1, epoch} a fence of another epoch, {-1, ''} no fence and no slot mark (apply.lua's
+-- answers: nothing written).
 local function key(pos) return KEYS[tonumber(pos)] end
 local fields = {'e'}
 local at = G._N
