@@ -71,14 +71,10 @@ class _Need:
     req: ApplyRequest
     state: BoardState | None
     seq: int = -1
-    instances: list[str] = field(default_factory=list)
+    instances: list[Instance] = field(default_factory=list)  # those it has no state of
     members: dict[str, list[str]] = field(default_factory=dict)  # instance -> members to read
     metas: list[str] = field(default_factory=list)
     fields: list[str] = field(default_factory=list)
-
-
-def _instance(req: ApplyRequest, name: str) -> Instance:
-    return next(x for x in req.instances if x.name == name)
 
 
 def _members(req: ApplyRequest) -> dict[str, list[str]]:
@@ -111,7 +107,7 @@ class BoardStates:
         self.stats.boards = len(self._states)
 
     def drop_all(self) -> None:
-        """Forget every board (the worker's partitions changed hands, or Redis was replaced)."""
+        """Forget every board (Redis holds another data set: worker/apply.py's epoch)."""
         self._states.clear()
         self._sizes.clear()
         self.stats.cells = self.stats.boards = 0
@@ -261,10 +257,11 @@ class BoardStates:
             for f in (src.field, src.field + "!r"):
                 if state is None or f not in state.fence:
                     need.fields.append(f)
-        for name, wanted in members.items():
+        for instance in req.instances:
+            name, wanted = instance.name, members[instance.name]
             inst = state.instances.get(name) if state is not None else None
             if inst is None:
-                need.instances.append(name)
+                need.instances.append(instance)
                 need.members[name] = wanted
             else:
                 missing = [m for m in wanted if m not in inst.cells]
@@ -288,15 +285,16 @@ class BoardStates:
             pipe.get(keys.seq)
             pipe.hmget(keys.fence, ["e", *n.fields])
             pipe.get(keys.id_window)
-            for name in n.instances:
-                packed = _instance(n.req, name).packing is not None
+            for instance in n.instances:
+                name, packed = instance.name, instance.packing is not None
                 index = keys.tie_index(name)
                 pipe.get(index)
                 overflow = keys.overflow(name, packed)
                 # a state hash, or (without max_members) an overflow zset: apply.lua's to handle
                 pipe.exists(keys.state(name), *([] if n.req.max_members else [overflow]))
                 pipe.pexpiretime(keys.rank(name, packed))
-                pipe.exists(keys.rank(name, packed), overflow, index, f"{index}:0:0")  # none: empty
+                first = bucket(b"", index, 0)[0]  # an index that never split has this bucket alone
+                pipe.exists(keys.rank(name, packed), overflow, index, first)  # none: an empty instance
             if n.metas:
                 pipe.hmget(keys.meta, n.metas)
         got = iter(pipe.execute())
@@ -308,8 +306,7 @@ class BoardStates:
         fence: list[Any] = next(got)
         id_dir = next(got) or b""
         layouts: dict[str, InstanceState | None] = {}
-        for name in n.instances:
-            inst = _instance(n.req, name)
+        for inst in n.instances:
             directory, foreign, expires, held = (
                 next(got) or b"",
                 int(next(got)),
@@ -320,7 +317,7 @@ class BoardStates:
             # an expiry that moved (retention changed): apply.lua's to handle
             moved = inst.expire_at_ms and expires > 0 and expires != inst.expire_at_ms
             empty = held == 0
-            layouts[name] = (
+            layouts[inst.name] = (
                 None
                 if foreign or moved
                 else InstanceState(inst.packing, directory, inst.expire_at_ms, complete=empty)

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from common.events import Op
 from common.idwindow import LISTPACK_CAP
-from common.store.apply import BOARD_CLOSED_MARK, CLOSED_OP, ApplyEvent, ApplyRequest, EventReply
+from common.store.apply import BOARD_CLOSED_MARK, CLOSED_OP, ApplyEvent, ApplyRequest, EventReply, Instance
 from common.store.encoding import (
     EXACT_MAX,
     MemberState,
@@ -85,7 +85,6 @@ class Decision:
     metas: dict[str, str]
     fence: dict[str, str]
     seq: int
-    id_directory_length: int
 
 
 def bytes_slot(fp: bytes) -> int:
@@ -266,7 +265,7 @@ class _Chunk:
         committed: dict[str, dict[str, Cell]] = {}
         for i, changed in enumerate(self.post):
             if changed:
-                writes += _instance_writes(self.req, self.names[i], self.insts[i], changed)
+                writes += _instance_writes(self.req, self.req.instances[i], self.insts[i], changed)
                 committed[self.names[i]] = {
                     m: (c[0], c[1], None if c[0] is None else c[1]) for m, c in changed.items()
                 }
@@ -307,7 +306,7 @@ class _Chunk:
             id_window_s=self.req.id_window_s,
             listpack_cap=self.req.listpack_cap or LISTPACK_CAP,
         )
-        return Decision(replies, write, committed, self.metas, new_fence, self.seq, len(state.id_directory))
+        return Decision(replies, write, committed, self.metas, new_fence, self.seq)
 
     def _fence(self) -> tuple[list[Write], dict[str, str]]:
         """The fence's new positions and rejections (apply.lua's format), and its epoch if new."""
@@ -353,13 +352,6 @@ class _Chunk:
         return [IdBucket(k, d, p, tuple(fps)) for k, (d, p, fps) in groups.items()]
 
 
-def _score_text(score: float) -> str:
-    """format_score, the common case (an integer) first."""
-    if score.is_integer() and -EXACT_MAX <= score <= EXACT_MAX:
-        return str(int(score))
-    return format_score(score)
-
-
 def _redelivered(why: str | None) -> tuple[Status, str | None]:
     """What a redelivered event's first delivery reported, as the fence remembers it."""
     if why is None:
@@ -388,12 +380,11 @@ def _plan(req: ApplyRequest, c: Cell, ev: ApplyEvent, i: int) -> Cell | None:
 
 
 def _instance_writes(
-    req: ApplyRequest, name: str, inst: InstanceState, changed: dict[str, Cell]
+    req: ApplyRequest, instance: Instance, inst: InstanceState, changed: dict[str, Cell]
 ) -> list[Write]:
     """apply.lua `flush` for one instance's changed members: the tie index, ZREM (from the rank
     zset, and with max_members from the overflow), ZADD, the max_members split, expiry."""
-    instance = next(x for x in req.instances if x.name == name)
-    keys, packed = req.keys, inst.packing is not None
+    name, keys, packed = instance.name, req.keys, inst.packing is not None
     rank, overflow = keys.rank(name, packed), keys.overflow(name, packed)
     if inst.packing is not None:
         packing = inst.packing
@@ -448,7 +439,7 @@ def _general_writes(
             if not (score is not None and (mode is TieMode.NONE or tie == rtie)):
                 rem.append(gone[-1])
         if score is not None:
-            add += [_score_text(score), encode(tie, member)]
+            add += [format_score(score), encode(tie, member)]
         if (score is not None and tie != rtie) or (score is None and rtie is not None):
             key, d, p = bucket(inst.directory, index_key, string_slot(member))
             drop, put = buckets.setdefault(key, (d, p, [], []))[2:]

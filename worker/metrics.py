@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from functools import partial
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
@@ -98,15 +97,6 @@ class WorkerMetrics:
             registry=r,
         )
         self.state_boards = Gauge("rankstream_worker_state_boards", "Boards whose state is kept", registry=r)
-        self.state_chunks = Gauge(
-            "rankstream_worker_state_chunks",
-            "Board chunks decided in the worker, by how: hit (from the kept state alone), miss (read"
-            " some of the board first), stale (what was kept was found changed when read: read again),"
-            " conflict (the write refused: someone else wrote the board; read and decided again),"
-            " fallback (sent to Redis' script after all)",
-            ["how"],
-            registry=r,
-        )
         self._blocked_now: Callable[[], Mapping[int, Blocked]] = dict
         self._blocked_boards: dict[int, str] = {}
         r.register(_BlockedCollector(self))
@@ -124,9 +114,7 @@ class WorkerMetrics:
         """The board states' counts (worker/boardstate.py), read when /metrics is scraped."""
         self.state_cells.set_function(lambda: stats.cells)
         self.state_boards.set_function(lambda: stats.boards)
-        counts = (("hit", "hits"), ("miss", "misses"), ("stale", "stale"), ("conflict", "conflicts"))
-        for how, count in (*counts, ("fallback", "fallbacks")):
-            self.state_chunks.labels(how=how).set_function(partial(getattr, stats, count))
+        self.registry.register(_StateChunksCollector(stats))
 
     def watch(self, producers_replaced: Callable[[], int], predecessors_fenced: Callable[[], int]) -> None:
         """Counts kept by the outputs and the fence, read when /metrics is scraped."""
@@ -150,4 +138,32 @@ class _BlockedCollector(Collector):
         boards = self._metrics._blocked_boards
         for p, b in sorted(self._metrics._blocked_now().items()):
             family.add_metric([str(p), b.reason, boards.get(p, "")], 1)
+        yield family
+
+
+class _StateChunksCollector(Collector):
+    """rankstream_worker_state_chunks_total{how}: the board states' counts (worker/boardstate.py)."""
+
+    HOW = (
+        ("hit", "hits"),
+        ("miss", "misses"),
+        ("stale", "stale"),
+        ("conflict", "conflicts"),
+        ("fallback", "fallbacks"),
+    )
+
+    def __init__(self, stats: Stats) -> None:
+        self._stats = stats
+
+    def collect(self) -> Iterable[Metric]:
+        family = CounterMetricFamily(
+            "rankstream_worker_state_chunks",
+            "Board chunks decided in the worker, by how: hit (from the kept state alone), miss (read"
+            " some of the board first), stale (what was kept was found changed when read: read again),"
+            " conflict (the write refused: someone else wrote the board; read and decided again),"
+            " fallback (sent to Redis' script after all)",
+            labels=["how"],
+        )
+        for how, count in self.HOW:
+            family.add_metric([how], getattr(self._stats, count))
         yield family

@@ -106,6 +106,10 @@ class GuardedWrite:
             at = self._positions[key] = len(K) + len(self._keys)
         return at
 
+    def key_at(self, position: int | bytes) -> str:
+        """The key a reply names by its position (as `call` numbered them)."""
+        return self._keys[int(position) - len(K) - 1]
+
     def call(self) -> Call:
         """The script call (once per request: it numbers the keys as it names them)."""
         keys = self.keys
@@ -192,15 +196,13 @@ class GuardedScript:
     def decode(req: GuardedWrite, reply: list[Any]) -> GuardReply:
         kind = int(reply[0])
         if kind == 1:
-            keys = {at: key for key, at in req._positions.items()}
-            return Written({keys[int(reply[j])]: bytes(reply[j + 1]) for j in range(1, len(reply), 2)})
+            return Written({req.key_at(reply[j]): bytes(reply[j + 1]) for j in range(1, len(reply), 2)})
         if kind == 0:
             return Conflict()
         if kind == 2:
             return Duplicates(frozenset(bytes(fp) for fp in reply[1:]))
         if kind == 3:
-            keys = {at: key for key, at in req._positions.items()}
-            return Sealed(frozenset(keys[int(at)] for at in reply[1:]))
+            return Sealed(frozenset(req.key_at(at) for at in reply[1:]))
         found = reply[1]
         return Foreign(found.decode() if isinstance(found, bytes) and found else SLOT_LOST)
 

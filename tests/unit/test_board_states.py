@@ -47,8 +47,8 @@ def test_the_metrics_read_the_counts_when_scraped():
     metrics.watch_states(stats)
     stats.hits, stats.conflicts, stats.cells = 5, 2, 300
     sample = metrics.registry.get_sample_value
-    assert sample("rankstream_worker_state_chunks", {"how": "hit"}) == 5
-    assert sample("rankstream_worker_state_chunks", {"how": "conflict"}) == 2
+    assert sample("rankstream_worker_state_chunks_total", {"how": "hit"}) == 5
+    assert sample("rankstream_worker_state_chunks_total", {"how": "conflict"}) == 2
     assert sample("rankstream_worker_state_cells") == 300
 
 
