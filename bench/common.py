@@ -3,6 +3,7 @@ The machinery that runs a benchmark (servers, processes, load, CPU, the report) 
 
 from __future__ import annotations
 
+import itertools
 import os
 import sys
 from pathlib import Path
@@ -36,3 +37,9 @@ def env_int(name: str, default: int) -> int:
 def say(message: str) -> None:
     """Progress on stderr, so stdout holds only the tables."""
     print(f"[bench] {message}", file=sys.stderr, flush=True)
+
+
+def zipf_cum_weights(n: int, s: float) -> list[float]:
+    """Cumulative Zipf(s) weights of ranks 1..n (the k-th most popular weighs 1/k^s), for
+    random.choices(cum_weights=...): a live room, where a few members get most of the events."""
+    return list(itertools.accumulate(1 / (rank + 1) ** s for rank in range(n)))

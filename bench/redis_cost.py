@@ -39,7 +39,7 @@ from typing import cast
 
 import redis
 
-from bench.common import Result, env_int, say
+from bench.common import Result, env_int, say, zipf_cum_weights
 from bench.memory import used_memory
 from bench.redis_phases import read_phases, time_phases
 from common.boards import parse_boards
@@ -78,11 +78,7 @@ def zipf_draws(members: Sequence[str], n: int, rng: random.Random, s: float = 1.
     """n members drawn Zipf(s): the k-th most popular with weight 1/k^s (popularity shuffled)."""
     ranked = list(members)
     rng.shuffle(ranked)
-    cumulative, total = [], 0.0
-    for k in range(1, len(ranked) + 1):
-        total += 1.0 / k**s
-        cumulative.append(total)
-    return rng.choices(ranked, cum_weights=cumulative, k=n)
+    return rng.choices(ranked, cum_weights=zipf_cum_weights(len(ranked), s), k=n)
 
 
 def deep_bytes(root: object) -> int:

@@ -34,7 +34,7 @@ from typing import Any
 
 import redis
 
-from bench.common import REPO, env_int
+from bench.common import REPO, env_int, zipf_cum_weights
 from rankstream.stack import LocalRedis, free_port
 
 WINDOWS, BATCH, PREFILL, BUCKETS, ROUNDS = ("total", "day", "week"), 500, 100_000, 64, 2
@@ -64,7 +64,7 @@ def stream(kind: str, n: int) -> list[Event]:
         members = [rng.choice(pool) for _ in range(n)]
     else:
         pool = [f"user-{i:012d}-abcdefghij" for i in range(PREFILL)]
-        members = rng.choices(pool, weights=[1 / (i + 1) ** 1.1 for i in range(PREFILL)], k=n)
+        members = rng.choices(pool, cum_weights=zipf_cum_weights(PREFILL, 1.1), k=n)
     return [(f"evt-{k:012d}-{rng.randrange(10**12)}", m, rng.randrange(1, 100), 1795811399000 + k)
             for k, m in enumerate(members)]  # fmt: skip
 

@@ -3,7 +3,6 @@ as single-event messages or as JSON arrays, written to a fresh topic per measure
 
 from __future__ import annotations
 
-import itertools
 import random
 import time
 from collections.abc import Mapping, Sequence
@@ -11,7 +10,7 @@ from typing import Any
 
 import orjson
 
-from bench.common import REPO
+from bench.common import REPO, zipf_cum_weights
 from bench.harness.kafka import Message, produce
 from bench.harness.stack import Stack
 from common.settings import Settings
@@ -29,8 +28,7 @@ ARRAY_SIZE = 100
 
 def make_events(n: int, id_prefix: str, rng: random.Random, boards: int = BOARDS) -> list[dict[str, Any]]:
     """n update events over `boards` boards (uniform) and MEMBERS members (Zipf)."""
-    cum_weights = list(itertools.accumulate(1 / (rank + 1) ** ZIPF_S for rank in range(MEMBERS)))
-    members = rng.choices(range(MEMBERS), cum_weights=cum_weights, k=n)
+    members = rng.choices(range(MEMBERS), cum_weights=zipf_cum_weights(MEMBERS, ZIPF_S), k=n)
     now_ms = int(time.time() * 1000)
     return [
         {
