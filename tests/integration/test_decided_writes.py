@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 from unittest import mock
 
@@ -66,28 +66,38 @@ def ev(
     )
 
 
+def score_of(client: Any, zset: str, member: str) -> float | None:
+    rows = client.zrange(zset, 0, -1, withscores=True)
+    return next((float(s) for m, s in rows if m.decode().endswith(member)), None)
+
+
 def score(client: Any, prefix: str, board: str, member: str) -> float | None:
-    keys = BoardKeys(prefix, board)
-    for encoded, value in client.zrange(keys.rank("total"), 0, -1, withscores=True):
-        if encoded.decode().endswith(member):
-            return float(value)
-    return None
+    return score_of(client, BoardKeys(prefix, board).rank("total"), member)
 
 
 @contextmanager
-def unguarded(client: Any) -> Iterator[None]:
-    """The guard taken away: every guarded write expects what Redis holds at the moment."""
+def altered(alter: Callable[[GuardedWrite], None]) -> Iterator[None]:
+    """Every guarded write altered by `alter` just before it is sent (a check taken away)."""
     real = GuardedWrite.call
 
     def call(self: GuardedWrite) -> Call:
-        self.expect_seq = int(client.get(self.keys.seq) or 0)
-        held = client.hmget(self.keys.fence, [f for f, _ in self.fence]) if self.fence else []
-        self.fence = [(f, (v or b"").decode()) for (f, _), v in zip(self.fence, held, strict=True)]
-        self.directories = [(d, client.strlen(d)) for d, _ in self.directories]
+        alter(self)
         return real(self)
 
     with mock.patch.object(GuardedWrite, "call", call):
         yield
+
+
+def unguarded(client: Any) -> AbstractContextManager[None]:
+    """The guard taken away: every guarded write expects what Redis holds at the moment."""
+
+    def expect_what_redis_holds(write: GuardedWrite) -> None:
+        write.expect_seq = int(client.get(write.keys.seq) or 0)
+        held = client.hmget(write.keys.fence, [f for f, _ in write.fence]) if write.fence else []
+        write.fence = [(f, (v or b"").decode()) for (f, _), v in zip(write.fence, held, strict=True)]
+        write.directories = [(d, client.strlen(d)) for d, _ in write.directories]
+
+    return altered(expect_what_redis_holds)
 
 
 NOW = int(time.time() * 1000)
@@ -256,7 +266,7 @@ SEALING = parse_boards(
 )
 
 
-def _sealed_period(client: Any, prefix: str) -> tuple[int, float, float]:
+def _sealed_period(client: Any, prefix: str) -> tuple[int, float | None, float | None]:
     """Worker A keeps the board's state; the day's result is sealed (worker/results.py); A then
     applies an event of that day: (windows it missed, the day's score, the total's score)."""
     a = Applier(client, SEALING, prefix, 3600, epoch="E")
@@ -270,21 +280,13 @@ def _sealed_period(client: Any, prefix: str) -> tuple[int, float, float]:
     return late.late_windows, score_of(client, day, "m"), score_of(client, keys.rank("total"), "m")
 
 
-def score_of(client: Any, zset: str, member: str) -> float:
-    return next(
-        float(s) for m, s in client.zrange(zset, 0, -1, withscores=True) if m.decode().endswith(member)
-    )
-
-
 def test_a_period_sealed_after_the_worker_read_it_is_left_alone(rclient, settings):
     """A sealed period's result is final: the worker learns of the seal from the guarded write's
     check (nothing written), then decides again without the period, counting it late."""
     assert _sealed_period(rclient, settings.key_prefix + "a:") == (1, 1.0, 2.0)
-    real = GuardedWrite.call
 
-    def unchecked(self: GuardedWrite) -> Call:  # the seal check taken away
-        self.unsealed = ()
-        return real(self)
+    def unchecked(write: GuardedWrite) -> None:  # the seal check taken away
+        write.unsealed = ()
 
-    with mock.patch.object(GuardedWrite, "call", unchecked):
+    with altered(unchecked):
         assert _sealed_period(rclient, settings.key_prefix + "b:") == (0, 2.0, 2.0)
