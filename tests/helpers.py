@@ -12,7 +12,7 @@ import time
 import urllib.error
 import urllib.request
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -165,10 +165,13 @@ def kill_connections(client: Store, name: str) -> int:
     return len(found)
 
 
-def applied_so_far(rclient: Store, settings: Settings) -> int:
-    """Events applied so far over the oracle's boards: the sum of their seq numbers."""
+ORACLE_ALL = (*BOARDS, *RANGED_BOARDS)
+
+
+def applied_so_far(rclient: Store, settings: Settings, boards: Sequence[str] = ORACLE_ALL) -> int:
+    """Events applied so far over `boards` (the oracle's): the sum of their seq numbers."""
     pipe = rclient.pipeline(transaction=False)  # one board a slot: no MGET across a cluster
-    for board in [*BOARDS, *RANGED_BOARDS]:
+    for board in boards:
         pipe.get(f"{settings.key_prefix}{{{board}}}:seq")
     return sum(int(v or 0) for v in pipe.execute())
 
@@ -217,11 +220,14 @@ def kafka_lag(settings: Settings) -> int:
     return produced - done
 
 
-def wait_applied_and_committed(rclient: Store, settings: Settings, target: int, timeout: float = 180) -> None:
-    """Every event applied in Redis, then every message committed by the group: only then is the
-    dead-letter topic whole (a batch applied whose commit failed, e.g. ILLEGAL_GENERATION in a
-    rebalance, is redone with its dead letters by whoever holds its partition next)."""
-    wait_for(lambda: applied_so_far(rclient, settings) >= target, timeout, "every event applied")
+def wait_applied_and_committed(
+    rclient: Store, settings: Settings, target: int, timeout: float = 180, boards: Sequence[str] = ORACLE_ALL
+) -> None:
+    """Every event applied in Redis (over `boards`), then every message committed by the group:
+    only then is the dead-letter topic whole (a batch applied whose commit failed, e.g.
+    ILLEGAL_GENERATION in a rebalance, is redone with its dead letters by whoever holds its
+    partition next)."""
+    wait_for(lambda: applied_so_far(rclient, settings, boards) >= target, timeout, "every event applied")
     wait_for(lambda: kafka_lag(settings) == 0, 60, "every message committed")
 
 

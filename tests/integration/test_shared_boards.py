@@ -15,7 +15,6 @@ import json
 import random
 import time
 from collections import defaultdict
-from typing import Any
 
 import pytest
 from confluent_kafka import Producer
@@ -24,7 +23,7 @@ from common.boards import parse_boards
 from common.store.encoding import encode_member, tie_mode
 from common.store.keys import BoardKeys
 from rankstream.topics import ensure_topics
-from tests.helpers import BOTH_TOPOLOGIES, kafka_lag, stop_workers, wait_for
+from tests.helpers import BOTH_TOPOLOGIES, applied_so_far, stop_workers, wait_applied_and_committed, wait_for
 from tests.integration.test_worker_oracle import worker_process
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -56,13 +55,6 @@ def _stream(seed: int, now: int) -> tuple[list[tuple[int, bytes]], dict[str, dic
     return messages, scores, applied
 
 
-def _applied(rclient: Any, prefix: str) -> int:
-    pipe = rclient.pipeline(transaction=False)
-    for board in BOARDS:
-        pipe.get(BoardKeys(prefix, board).seq)
-    return sum(int(v or 0) for v in pipe.execute())
-
-
 @BOTH_TOPOLOGIES
 def test_two_workers_writing_the_same_boards_at_once_end_exact(make_settings, rclient, tmp_path):
     boards = tmp_path / "boards.yaml"
@@ -82,12 +74,11 @@ def test_two_workers_writing_the_same_boards_at_once_end_exact(make_settings, rc
     b = worker_process(settings, worker_id="pod-b")
     c = None
     try:
-        wait_for(lambda: _applied(rclient, settings.key_prefix) > target * 0.3, 120, "30% applied")
+        wait_for(lambda: applied_so_far(rclient, settings, BOARDS) > target * 0.3, 120, "30% applied")
         a.kill()  # redelivery of its uncommitted batches, onto boards b keeps writing
         a.wait(10)
         c = worker_process(settings, worker_id="pod-c")
-        wait_for(lambda: _applied(rclient, settings.key_prefix) >= target, 180, "every event applied")
-        wait_for(lambda: kafka_lag(settings) == 0, 60, "every message committed")
+        wait_applied_and_committed(rclient, settings, target, boards=BOARDS)
     finally:
         stop_workers(b, c)
         if a.poll() is None:
