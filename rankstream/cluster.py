@@ -9,7 +9,6 @@ import os
 import random
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -20,18 +19,9 @@ import redis
 
 from common.errors import StackError
 from common.store.topology import SLOTS
-from rankstream.stack import REDIS_INSTALL_HINT, LocalRedis, ensure_redis_server
+from rankstream.stack import REDIS_INSTALL_HINT, LocalRedis, ensure_redis_server, port_bindable
 
 BUS_OFFSET = 10_000  # a node's cluster bus listens on its port + 10000 (so the port is <= 55535)
-
-
-def _bindable(port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
 
 
 def free_node_port(taken: set[int]) -> int:
@@ -41,7 +31,7 @@ def free_node_port(taken: set[int]) -> int:
     for _ in range(1_000):
         port = rng.randrange(20_000, 30_000)
         near = {port, port + BUS_OFFSET}
-        if not near & taken and _bindable(port) and _bindable(port + BUS_OFFSET):
+        if not near & taken and port_bindable(port) and port_bindable(port + BUS_OFFSET):
             return port
     raise StackError("no free port pair for a Redis Cluster node in 20000-40000")
 

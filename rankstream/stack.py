@@ -12,6 +12,7 @@ import base64
 import contextlib
 import logging
 import os
+import random
 import shutil
 import signal
 import socket
@@ -37,11 +38,39 @@ def cache_dir() -> Path:
     return Path(base) / "rankstream"
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+_EPHEMERAL = Path("/proc/sys/net/ipv4/ip_local_port_range")
+# where free_port looks first: above the well-known and registered services' ports, below both
+# the kernel's usual ephemeral range and the Redis Cluster nodes' ports (rankstream/cluster.py:
+# 20000-30000, their buses 10000 higher)
+_PORTS_FROM, _PORTS_UNTIL = 10_000, 20_000
+
+
+def _ephemeral_low() -> int | None:
+    """The first port the kernel hands out to outgoing connections (Linux); None: unknown."""
+    try:
+        return int(_EPHEMERAL.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def free_port(span: int = 1) -> int:
+    """A port for a server to listen on (and the `span - 1` after it): free now, and below the
+    kernel's ephemeral range where it has one, so no client connection takes it while the server
+    starts (two CI runs met Kafka failing to bind a port a connection had taken meanwhile).
+    Elsewhere, one the kernel picks."""
+    low = _ephemeral_low()
+    until = min(low, _PORTS_UNTIL) if low is not None else 0
+    if until - span > _PORTS_FROM:
+        for _ in range(200):
+            port = random.randrange(_PORTS_FROM, until - span + 1)  # noqa: S311 - a port, not a secret
+            if all(port_bindable(port + k) for k in range(span)):
+                return port
+    while True:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            picked: int = sock.getsockname()[1]
+        if picked + span <= 65536 and all(port_bindable(picked + k) for k in range(1, span)):
+            return picked
 
 
 def port_bindable(port: int) -> bool:
@@ -60,10 +89,7 @@ def port_bindable(port: int) -> bool:
 
 def free_port_pair() -> int:
     """A free port whose next port is free too (the local Kafka's controller listens on port + 1)."""
-    while True:
-        port = free_port()
-        if port < 65535 and port_bindable(port + 1):
-            return port
+    return free_port(span=2)
 
 
 def port_open(port: int) -> bool:

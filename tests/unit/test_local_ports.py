@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import socket
 
-from rankstream.stack import free_port, free_port_pair, port_bindable, port_open
+from rankstream.stack import _ephemeral_low, free_port, free_port_pair, port_bindable, port_open
 
 
 def test_a_port_held_by_a_clients_connection_is_not_bindable_though_nothing_listens_there():
@@ -29,3 +29,16 @@ def test_a_listening_port_is_not_bindable_and_a_free_one_is():
 def test_a_free_pair_has_both_ports_free():
     port = free_port_pair()
     assert port_bindable(port) and port_bindable(port + 1)
+
+
+def test_a_free_port_is_outside_the_range_client_connections_take():
+    """On Linux, below the kernel's ephemeral range (and the cluster nodes' ports): no outgoing
+    connection can take it while the server that was given it starts."""
+    low = _ephemeral_low()
+    if low is None:  # not Linux: the kernel's own pick
+        assert port_bindable(free_port())
+        return
+    ports = [free_port() for _ in range(50)]
+    assert all(10_000 <= port < min(low, 20_000) and port_bindable(port) for port in ports)
+    pair = free_port(span=2)
+    assert pair + 1 < min(low, 20_000)
