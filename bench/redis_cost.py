@@ -23,6 +23,9 @@ commandstats, per event, for each command the scripts call, and `script_other_us
 scripts' time not inside those commands (Lua itself, and turning arguments and replies between
 Lua and Redis); then `script_phases`, a third run of the general layout with apply.lua's own
 phases timed (bench/redis_phases.py).
+`*_script`: ours with the decided writes through guarded.lua instead of native transactions
+(`native_vs_script`); `small_chunks`: the two ways when a batch's events spread over many boards
+(a few events a board: common/store/native.py MIN_EVENTS).
 `worker_bytes_per_cell`: the worker's kept state of the board after the distinct phase (Python
 objects, counted deeply) per (member, window period).
 Knob: RANKSTREAM_BENCH_COST_MEMBERS (default 100000).
@@ -50,6 +53,8 @@ from worker.boardstate import DEFAULT_MAX_CELLS
 
 DEFAULT_MEMBERS = 100_000
 CHUNK = 500
+SMALL_CHUNKS = (1, 5, 25)  # events a board per chunk in `small_chunks`
+SMALL_ROUNDS = 20
 WINDOWS = ("total", "day", "week")
 BOARD = "cost:room1"
 PREFIX = "c:"
@@ -135,6 +140,7 @@ def _ours(
     *,
     phases: bool = False,
     state_cells: int = DEFAULT_MAX_CELLS,
+    native: bool = True,
 ) -> Result:
     """Ours on an empty Redis; `phases`: apply.lua timed phase by phase instead (its CPU and
     commands then include the timers; the worker keeps no state: apply.lua decides). `streams`:
@@ -146,6 +152,8 @@ def _ours(
     )
     if phases:
         time_phases(applier)
+    if applier.states is not None:
+        applier.states.native = native
     source = Source("bench", 0, "bench-topic", -1)
     board = f"{type_name}:room1"
 
@@ -216,6 +224,43 @@ def _bare(client: redis.Redis, members: Sequence[str], repeat: Sequence[str], zi
     }
 
 
+def _spread(applier: Applier, rng: random.Random, now: int, k: int, rounds: range) -> None:
+    """Batches of CHUNK events, k a board over CHUNK/k boards of 200 members each."""
+    source, boards = Source("bench", 0, "bench-topic", -1), CHUNK // k
+    for n in rounds:
+        events = [
+            (
+                UpdateEvent(
+                    f"{n}-{i}", f"cost:b{i // k}", "cost", f"m{rng.randrange(200)}", Op.INCR, 1.0, now, None
+                ),
+                now,
+            )
+            for i in range(boards * k)
+        ]
+        applier.apply(events, [Position(source, n * CHUNK + i, None) for i in range(len(events))])
+
+
+def _small_chunks(client: redis.Redis, now: int, rng: random.Random) -> Result:
+    """CHUNK events a batch spread over CHUNK/k boards, the boards' states kept: Redis CPU per
+    event with the decided writes as transactions and through guarded.lua, each way forced for
+    every chunk (why common/store/native.py MIN_EVENTS is)."""
+    out: Result = {}
+    for k in SMALL_CHUNKS:
+        row: dict[str, float] = {}
+        for way in ("native", "script"):
+            client.flushall()
+            applier = Applier(client, parse_boards(CONFIG), PREFIX, 3600, now_ms=lambda: now, epoch="bench")
+            assert applier.states is not None
+            applier.states.native, applier.states.native_min_events = way == "native", 1
+            _spread(applier, rng, now, k, range(3))  # the states are read once
+            before = redis_cpu_s(client)
+            _spread(applier, rng, now, k, range(3, 3 + SMALL_ROUNDS))
+            row[way] = round(1e6 * (redis_cpu_s(client) - before) / (SMALL_ROUNDS * CHUNK), 2)
+        row["native_vs_script"] = round(row["native"] / row["script"], 2)
+        out[f"{k}_per_board"] = row
+    return out
+
+
 def measure_redis_cost(client: redis.Redis, rng: random.Random) -> Result:
     n = env_int("COST_MEMBERS", DEFAULT_MEMBERS)
     members = member_ids(n, rng)
@@ -230,6 +275,10 @@ def measure_redis_cost(client: redis.Redis, rng: random.Random) -> Result:
     declared = _ours(client, streams, now, "ranged")
     client.flushall()
     lua = _ours(client, streams, now, state_cells=0)
+    client.flushall()
+    scripted = _ours(client, streams, now, native=False)
+    client.flushall()
+    small = _small_chunks(client, now, rng)
     client.flushall()
     timed = _ours(client, streams, now, phases=True)
     client.flushall()
@@ -273,4 +322,11 @@ def measure_redis_cost(client: redis.Redis, rng: random.Random) -> Result:
         "redis_bytes_per_member_window_declared": declared["bytes_per_member_window"],
         "bytes_vs_bare_declared": round(declared["bytes_per_member_window"] / bare["bytes_per_member"], 2),
         "profile": {**ours["profile"], "script_phases": timed["script_phases"]},
+        "redis_us_per_event_script": scripted["distinct_us_per_event"],
+        "redis_us_per_event_repeating_script": scripted["repeating_us_per_event"],
+        "redis_us_per_event_zipf_script": scripted["zipf_us_per_event"],
+        "native_vs_script": {
+            w: round(ours[f"{w}_us_per_event"] / scripted[f"{w}_us_per_event"], 2) for w in workloads
+        },
+        "small_chunks": small,
     }

@@ -19,7 +19,7 @@ from hypothesis import event, note
 from hypothesis import strategies as st
 from hypothesis.control import currently_in_test_context
 
-from common.boards import parse_boards
+from common.boards import BoardsConfig, parse_boards
 from common.events import UpdateEvent, parse_message, ts_ceiling
 from common.idwindow import fingerprint
 from common.store.encoding import MemberState, Status
@@ -395,11 +395,12 @@ def _event(label: str) -> None:
         event(label)
 
 
-def run_case(
-    case: Case, client: redis.Redis, key_prefix: str, turns: Sequence[int] = (DEFAULT_CELLS,)
-) -> None:
-    """`turns`: the appliers that take the batches in turn, each keeping at most that many board
-    states (0: apply.lua decides); the first also applies the redeliveries."""
+def run_case(case: Case, client: redis.Redis, key_prefix: str, turns: Sequence[str] = ("default",)) -> None:
+    """`turns`: the appliers that take the batches in turn (the first also applies the
+    redeliveries), each one way: "default" (the worker as configured by default), "native" (it
+    decides, and writes every board's chunk as a transaction of commands), "script" (it
+    decides, and writes through guarded.lua), "lua" (it keeps no board state: apply.lua
+    decides)."""
     if not currently_in_test_context():  # a hand-written case: the description goes with a failure
         try:
             _run_case(case, client, key_prefix, turns)
@@ -410,13 +411,19 @@ def run_case(
     _run_case(case, client, key_prefix, turns)
 
 
-def _run_case(case: Case, client: redis.Redis, key_prefix: str, turns: Sequence[int]) -> None:
+def _applier(client: redis.Redis, boards: BoardsConfig, prefix: str, now: int, way: str) -> Applier:
+    cells = 0 if way == "lua" else DEFAULT_CELLS
+    applier = Applier(client, boards, prefix, ID_WINDOW_S, now_ms=lambda: now, epoch="E", state_cells=cells)
+    if applier.states is not None and way != "default":
+        applier.states.native = way == "native"
+        applier.states.native_min_events = 1
+    return applier
+
+
+def _run_case(case: Case, client: redis.Redis, key_prefix: str, turns: Sequence[str]) -> None:
     prefix = f"{key_prefix}p{next(_examples)}:"
     boards = parse_boards(case.config())
-    appliers = [
-        Applier(client, boards, prefix, ID_WINDOW_S, now_ms=lambda: case.now, epoch="E", state_cells=cells)
-        for cells in turns
-    ]
+    appliers = [_applier(client, boards, prefix, case.now, way) for way in turns]
     applier = appliers[0]
     max_ts = ts_ceiling(SKEW_S, case.now)
     model = Model(case)

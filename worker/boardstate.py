@@ -24,16 +24,26 @@ from typing import Any, NamedTuple
 from common.events import Op
 from common.store.apply import ApplyReply, ApplyRequest, ForeignEpoch, Instance
 from common.store.encoding import TieMode, encode_member
-from common.store.guarded import Conflict, Duplicates, Foreign, GuardedScript, GuardReply, Sealed, Written
+from common.store.guarded import (
+    Conflict,
+    Duplicates,
+    Foreign,
+    GuardedScript,
+    GuardedWrite,
+    GuardReply,
+    Sealed,
+    Written,
+)
 from common.store.keys import string_slot
+from common.store.native import MIN_EVENTS, NativeWrites, native
 from common.store.topology import Store
+from common.store.xhash import bucket
 from worker.decide import (
     ABSENT,
     BoardState,
     Decision,
     InstanceState,
     Undecidable,
-    bucket,
     decide,
 )
 
@@ -50,6 +60,8 @@ class Stats:
     conflicts: int = 0  # guarded writes refused: someone else wrote the board
     stale: int = 0  # kept states found changed when the board was read (someone else wrote it)
     fallbacks: int = 0  # chunks sent to apply.lua after all
+    natives: int = 0  # board writes sent as native commands (common/store/native.py)
+    scripted: int = 0  # board writes sent through guarded.lua
     cells: int = 0  # what the kept states hold now
     boards: int = 0
 
@@ -94,12 +106,15 @@ def _members(req: ApplyRequest) -> dict[str, list[str]]:
 
 
 class BoardStates:
-    def __init__(self, max_cells: int = DEFAULT_MAX_CELLS) -> None:
+    def __init__(self, max_cells: int = DEFAULT_MAX_CELLS, native: bool = True) -> None:
         self.max_cells = max_cells
+        self.native = native  # writes as native commands (common/store/native.py), else guarded.lua
+        self.native_min_events = MIN_EVENTS  # a board's chunk of fewer events: guarded.lua
         self.stats = Stats()
         self._states: OrderedDict[str, BoardState] = OrderedDict()
         self._sizes: dict[str, int] = {}
         self._script = GuardedScript()
+        self._natives = NativeWrites()
 
     def drop(self, board: str) -> None:
         self._states.pop(board, None)
@@ -157,7 +172,7 @@ class BoardStates:
                     self.drop(reqs[i].keys.board)
                     self.stats.fallbacks += 1
             order = list(decisions)
-            replies = self._script.run_many(client, [decisions[i].write for i in order])
+            replies = self._write(client, [decisions[i].write for i in order])
             todo = []
             for i, reply in zip(order, replies, strict=True):
                 again, out[i] = self._settle(
@@ -169,6 +184,17 @@ class BoardStates:
         for i in todo:
             self.drop(reqs[i].keys.board)
         return out
+
+    def _write(self, client: Store, writes: list[GuardedWrite]) -> list[GuardReply | Exception]:
+        """Each board's writes, natively where they may go so, else through guarded.lua."""
+        now = time.time() * 1000
+        ways = [self.native and native(w, now, self.native_min_events) for w in writes]
+        self.stats.natives += sum(ways)
+        self.stats.scripted += len(ways) - sum(ways)
+        by_natives = iter(self._natives.run_many(client, [w for w, n in zip(writes, ways, strict=True) if n]))
+        scripted = [w for w, n in zip(writes, ways, strict=True) if not n]
+        by_script = iter(self._script.run_many(client, scripted) if scripted else [])
+        return [next(by_natives) if n else next(by_script) for n in ways]
 
     def _settle(
         self, board: str, decision: Decision, reply: GuardReply | Exception, applied: set[bytes]

@@ -33,6 +33,7 @@ from common.store.encoding import (
 )
 from common.store.guarded import Command, GuardedWrite, IdBucket, IndexBucket, Rebalance, Write
 from common.store.keys import string_slot
+from common.store.xhash import bucket, bytes_slot
 
 # a member's state in one instance: (score, tie ms) or None if absent; and the tie of its entry
 # in Redis (the tie index's, or the packed score's), None if Redis holds no entry
@@ -85,20 +86,6 @@ class Decision:
     metas: dict[str, str]
     fence: dict[str, str]
     seq: int
-
-
-def bytes_slot(fp: bytes) -> int:
-    return fp[0] + fp[1] * 256 + fp[2] * 65536
-
-
-def bucket(directory: bytes, dir_key: str, value: int) -> tuple[str, int, int]:
-    """xhash.lua XH.bucket: the key, depth and prefix of the bucket holding slot value `value`."""
-    n = len(directory)
-    if n == 0:
-        return f"{dir_key}:0:0", 0, 0
-    d = directory[value % n]
-    p = value % (1 << d)
-    return f"{dir_key}:{d}:{p}", d, p
 
 
 def pack(p: Packing, score: float, tie: int) -> float:
@@ -305,6 +292,15 @@ class _Chunk:
             notify=f"{state.seq} {self.seq} {keys.board}" if changed_seq else "",
             id_window_s=self.req.id_window_s,
             listpack_cap=self.req.listpack_cap or LISTPACK_CAP,
+            expires_at_ms=min(
+                (
+                    inst.expire_at_ms
+                    for inst, changed in zip(self.req.instances, self.post, strict=True)
+                    if changed and inst.expire_at_ms
+                ),
+                default=0,
+            ),
+            events=len(self.req.events),
         )
         return Decision(replies, write, committed, self.metas, new_fence, self.seq)
 

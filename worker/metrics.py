@@ -167,3 +167,12 @@ class _StateChunksCollector(Collector):
         for how, count in self.HOW:
             family.add_metric([how], getattr(self._stats, count))
         yield family
+        ways = CounterMetricFamily(
+            "rankstream_worker_decided_writes",
+            "Board writes the worker decided, by how they went: native (commands in a transaction),"
+            " script (guarded.lua: an instance about to expire, or native writes turned off)",
+            labels=["way"],
+        )
+        ways.add_metric(["native"], self._stats.natives)
+        ways.add_metric(["script"], self._stats.scripted)
+        yield ways

@@ -9,7 +9,7 @@ window. The script's layout (KEYS and ARGV positions) is this module's alone.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -96,6 +96,8 @@ class GuardedWrite:
     notify: str  # a message for the board's change channel; '' = nothing changed
     id_window_s: int
     listpack_cap: int
+    expires_at_ms: int = 0  # the earliest expiry of an instance it writes (0: none expires)
+    events: int = 0  # the chunk's events
     _keys: list[str] = field(default_factory=list)
     _positions: dict[str, int] = field(default_factory=dict)
 
@@ -140,23 +142,32 @@ class GuardedWrite:
         for bucket, fps in self.checks:
             args += [self.position(bucket), len(fps), *fps]
         for w in self.writes:
-            if isinstance(w, Command):
-                args += ["c", w.name, self.position(w.key), len(w.args), *w.args]
-            elif isinstance(w, Rebalance):
-                rank, overflow = self.position(w.rank), self.position(w.overflow)
-                args += ["r", rank, overflow, w.changed, w.max_members, "1" if w.desc else "0"]
-            elif isinstance(w, IdBucket):
-                ids = self.position(keys.id_window)
-                args += ["i", self.position(w.key), ids, w.depth, w.prefix, len(w.fingerprints)]
-                args += w.fingerprints
-            else:
-                index = self.position(w.directory)
-                args += ["t", self.position(w.key), index, w.depth, w.prefix, w.expire_at_ms]
-                args += [len(w.drop), *w.drop, len(w.put)]
-                for member, tie in w.put:
-                    args += [member, tie]
+            args += op_args(w, self.position, keys.id_window)
         board = [keys.seq, keys.fence, self.slot_mark or keys.fence, keys.moving]
         return Call([*board, *self._keys], args)
+
+
+def op_args(w: Write, position: Callable[[str], int], id_directory: str) -> list[ArgT]:
+    """One write in guarded.lua's format (writes.lua runs it), its keys named by `position`."""
+    if isinstance(w, Command):
+        return ["c", w.name, position(w.key), len(w.args), *w.args]
+    if isinstance(w, Rebalance):
+        return ["r", position(w.rank), position(w.overflow), w.changed, w.max_members, "1" if w.desc else "0"]
+    if isinstance(w, IdBucket):
+        return [
+            "i",
+            position(w.key),
+            position(id_directory),
+            w.depth,
+            w.prefix,
+            len(w.fingerprints),
+            *w.fingerprints,
+        ]
+    args: list[ArgT] = ["t", position(w.key), position(w.directory), w.depth, w.prefix, w.expire_at_ms]
+    args += [len(w.drop), *w.drop, len(w.put)]
+    for member, tie in w.put:
+        args += [member, tie]
+    return args
 
 
 class Written(NamedTuple):

@@ -45,7 +45,6 @@ from tests.apply_model import (
     ranking,
     run_case,
 )
-from worker.boardstate import DEFAULT_MAX_CELLS as DEFAULT_CELLS
 
 pytestmark = pytest.mark.integration
 
@@ -145,25 +144,27 @@ def test_hour_retention_counts_periods_across_a_skipped_hour(client, settings):
 @hsettings(BASE, max_examples=300)
 @given(case=cases())
 def test_any_accepted_stream_matches_the_model(case, settings, client):
-    """Every op, board shape, zone, time, meta, id and duplicate the contract accepts."""
-    run_case(case, client, settings.key_prefix)
+    """Every op, board shape, zone, time, meta, id and duplicate the contract accepts (the worker
+    deciding, every board's chunk written as a transaction of commands)."""
+    run_case(case, client, settings.key_prefix, turns=("native",))
 
 
 @hsettings(BASE, max_examples=150)
 @given(case=cases(max_messages=9))
 def test_workers_taking_turns_on_the_same_boards_match_the_model(case, settings, client):
-    """Batches taken in turn by two workers that decide events themselves and one whose Redis
-    decides (a worker of the previous release, or a chunk sent to apply.lua): each finds the
-    board changed by the others since it last wrote (seq, fence, id window) and must not act
-    on what it kept of it. The same source for all: the fence moves under each of them."""
-    run_case(case, client, settings.key_prefix, turns=(DEFAULT_CELLS, DEFAULT_CELLS, 0))
+    """Batches taken in turn by two workers that decide events themselves (one writing
+    transactions of commands, one through guarded.lua) and one whose Redis decides (a worker of
+    the previous release, or a chunk sent to apply.lua): each finds the board changed by the
+    others since it last wrote (seq, fence, id window) and must not act on what it kept of it.
+    The same source for all: the fence moves under each of them."""
+    run_case(case, client, settings.key_prefix, turns=("native", "script", "lua"))
 
 
 @hsettings(BASE, max_examples=120)
 @given(case=cases())
 def test_redis_deciding_every_event_matches_the_model(case, settings, client):
     """A worker keeping no board state (RANKSTREAM_WORKER_STATE_CELLS=0): apply.lua decides."""
-    run_case(case, client, settings.key_prefix, turns=(0,))
+    run_case(case, client, settings.key_prefix, turns=("lua",))
 
 
 @hsettings(BASE, max_examples=80)

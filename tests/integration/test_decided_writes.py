@@ -1,7 +1,8 @@
-"""Events the worker decides itself (worker/decide.py, guarded.lua): Redis ends byte for byte as
-apply.lua leaves it, and the guard is what keeps a worker from acting on a stale state of a board
-(a second worker, a zombie, apply.lua's writes): each test runs once more without the guard (its
-expected seq and fence replaced by what Redis holds) and shows the result then is wrong."""
+"""Events the worker decides itself (worker/decide.py), written either way (native commands in a
+transaction, common/store/native.py, or guarded.lua): Redis ends byte for byte as apply.lua
+leaves it, and the guard is what keeps a worker from acting on a stale state of a board (a second
+worker, a zombie, apply.lua's writes): each test runs once more without the guard (its expected
+seq and fence replaced by what Redis holds) and shows the result then is wrong."""
 
 from __future__ import annotations
 
@@ -21,9 +22,10 @@ from common.store import periodmark
 from common.store.encoding import Status
 from common.store.guarded import GuardedWrite
 from common.store.keys import BoardKeys, index_expiry
-from common.store.scripts import Call
+from common.store.native import NativeWrites
 from tests.helpers import BOTH_TOPOLOGIES, wait_for
 from worker.apply import Applier, Position, Source
+from worker.boardstate import BoardStates
 
 pytestmark = pytest.mark.integration
 
@@ -43,11 +45,24 @@ BOARDS = parse_boards(CONFIG)
 SRC = [Source("t", p, "topic-id", -1) for p in range(3)]
 
 
+WAYS = {"native": True}  # how the decided writes go: natively (else guarded.lua)
+
+
+@pytest.fixture(autouse=True, params=["native", "script"])
+def way(request: pytest.FixtureRequest) -> Iterator[str]:
+    WAYS["native"] = request.param == "native"
+    yield request.param
+    WAYS["native"] = True
+
+
 def applier(
     client: redis.Redis, prefix: str, cells: int = 1_000_000, cap: int = 128, window_s: int = 3600
 ) -> Applier:
     a = Applier(client, BOARDS, prefix, window_s, epoch="E", state_cells=cells)
     a.listpack_cap = cap
+    if a.states is not None:
+        a.states.native = WAYS["native"]
+        a.states.native_min_events = 1  # every chunk, however small
     return a
 
 
@@ -78,13 +93,14 @@ def score(client: Any, prefix: str, board: str, member: str) -> float | None:
 @contextmanager
 def altered(alter: Callable[[GuardedWrite], None]) -> Iterator[None]:
     """Every guarded write altered by `alter` just before it is sent (a check taken away)."""
-    real = GuardedWrite.call
+    real = BoardStates._write
 
-    def call(self: GuardedWrite) -> Call:
-        alter(self)
-        return real(self)
+    def write(self: BoardStates, client: Any, writes: list[GuardedWrite]) -> list[Any]:
+        for w in writes:
+            alter(w)
+        return real(self, client, writes)
 
-    with mock.patch.object(GuardedWrite, "call", call):
+    with mock.patch.object(BoardStates, "_write", write):
         yield
 
 
@@ -149,6 +165,44 @@ def test_a_zombie_with_a_stale_fence_changes_nothing(rclient, settings):
     assert total == 10  # ...onto what A remembered: B's last five lost
 
 
+def _between(client: redis.Redis, prefix: str) -> tuple[float | None, int]:
+    """A reads the board (its transaction's first round trip), B writes it, A's transaction runs."""
+    a, b = applier(client, prefix), applier(client, prefix, cells=0)
+    board = "g:between"
+    a.apply([(ev(board, "m", 1, "1"), NOW)], [Position(SRC[0], 0, None)])
+    real = NativeWrites._transaction
+    struck: list[bool] = []
+
+    def after_the_reads(self: NativeWrites, board_tx: Any) -> Any:
+        if not struck:
+            struck.append(True)
+            b.apply([(ev(board, "m", 10, "2"), NOW)], [Position(SRC[1], 0, None)])
+        return real(self, board_tx)
+
+    with mock.patch.object(NativeWrites, "_transaction", after_the_reads):
+        a.apply([(ev(board, "m", 1, "3"), NOW)], [Position(SRC[0], 1, None)])
+    assert a.states is not None
+    return score(client, prefix, board, "m"), a.states.stats.conflicts
+
+
+@BOTH_TOPOLOGIES
+def test_a_write_between_the_reads_and_the_transaction_makes_redis_refuse_it(rclient, settings, way):
+    """The transaction's WATCH: another worker's write lands after A read the board and before
+    A's MULTI/EXEC; Redis runs none of A's writes, A reads again and decides again. Without the
+    WATCH, A's writes go in over B's: B's 10 is lost."""
+    if way == "script":
+        pytest.skip("a guarded.lua call reads and writes in one step: nothing lands in between")
+    assert _between(rclient, settings.key_prefix + "a:") == (12, 1)
+    real = NativeWrites._reads
+
+    def unwatched(req: GuardedWrite) -> list[Any]:
+        reads = real(req)
+        return [("PING",), *reads[1:]]  # the same replies' places, no WATCH
+
+    with mock.patch.object(NativeWrites, "_reads", staticmethod(unwatched)):
+        assert _between(rclient, settings.key_prefix + "b:") == (2, 0)
+
+
 def test_an_id_another_worker_applied_is_a_duplicate(rclient, settings):
     """The id window is checked by Redis whatever the worker kept: a producer retry that landed
     on another partition (another worker) is a duplicate, and one the worker itself applied too."""
@@ -192,7 +246,7 @@ def _dump(client: Any, prefix: str) -> dict[str, Any]:
 
 @BOTH_TOPOLOGIES
 @pytest.mark.parametrize("seed", [1, 2])
-def test_redis_holds_what_apply_lua_leaves_through_splits_and_turns(rclient, settings, seed):
+def test_redis_holds_what_apply_lua_leaves_through_splits_and_turns(rclient, settings, seed, way):
     """A random stream over every layout (general, ascending, declared range, no tie, max_members
     in the general and the packed layout) and a hot board, ids repeated, messages redelivered,
     small buckets (cap 4: the id window's and the tie indexes' directories split); once through
@@ -237,6 +291,8 @@ def test_redis_holds_what_apply_lua_leaves_through_splits_and_turns(rclient, set
     stats = [a.states.stats for a in deciding[:2] if a.states is not None]
     assert sum(s.conflicts + s.stale for s in stats) > 0  # the turns made them meet changed boards
     assert sum(s.hits for s in stats) > 0
+    assert sum(s.natives if way == "native" else s.scripted for s in stats) > 0
+    assert sum(s.scripted if way == "native" else s.natives for s in stats) == 0
 
 
 def test_a_foreign_key_in_the_boards_place_fails_the_chunk_before_any_write(rclient, settings):
