@@ -51,6 +51,7 @@ from common.store.guarded import (
     Written,
 )
 from common.store.keys import INDEX_EXPIRY_SPREAD_MS, string_slot
+from common.store.pipe import pack
 from common.store.scripts import ArgT, load_script
 from common.store.topology import Store, node_client
 from common.store.xhash import Bucket, bytes_slot, entry_slot, split, splits
@@ -367,7 +368,7 @@ def _send(b: _Board, cmds: list[Cmd]) -> None:
     try:
         if b.conn is None:
             b.conn = b.pool.get_connection()
-        b.conn.send_packed_command(b.conn.pack_commands(cmds))
+        b.conn.send_packed_command([b"".join(pack(cmd) for cmd in cmds)])  # hiredis packs (C)
         b.expect = len(cmds)
     except _FAILURES as exc:
         _lost(b, exc)
