@@ -45,8 +45,10 @@ def test_a_period_past_its_expiry_is_forgotten():
 def test_the_metrics_read_the_counts_when_scraped():
     metrics, stats = WorkerMetrics(), Stats()
     metrics.watch_states(stats)
-    stats.hits, stats.conflicts, stats.cells = 5, 2, 300
+    stats.hits, stats.conflicts, stats.cells, stats.natives, stats.scripted = 5, 2, 300, 7, 1
     sample = metrics.registry.get_sample_value
+    assert sample("rankstream_worker_decided_writes_total", {"way": "native"}) == 7
+    assert sample("rankstream_worker_decided_writes_total", {"way": "script"}) == 1
     assert sample("rankstream_worker_state_chunks_total", {"how": "hit"}) == 5
     assert sample("rankstream_worker_state_chunks_total", {"how": "conflict"}) == 2
     assert sample("rankstream_worker_state_cells") == 300

@@ -1,0 +1,65 @@
+"""The native transactions' pure parts: which writes go that way (common/store/native.py) and the
+bucket split in Python (common/store/xhash.py). Their Redis results are compared with the
+scripts' byte for byte in tests/integration/test_decided_writes.py."""
+
+from __future__ import annotations
+
+from common.store.guarded import GuardedWrite
+from common.store.keys import BoardKeys
+from common.store.native import EXPIRY_MARGIN_MS, MIN_EVENTS, native
+from common.store.xhash import Bucket, bucket, split, splits
+
+NOW = 1_800_000_000_000
+
+
+def write(events: int, expires_at_ms: int = 0) -> GuardedWrite:
+    return GuardedWrite(
+        keys=BoardKeys("p:", "g:a"), expect_seq=0, epoch="E", slot_mark="", fence=[], directories=[],
+        probes=[], unsealed=[], checks=[], writes=[], new_seq=None, notify="", id_window_s=60,
+        listpack_cap=128, expires_at_ms=expires_at_ms, events=events,
+    )  # fmt: skip
+
+
+def test_small_chunks_and_periods_about_to_expire_go_through_the_script():
+    assert native(write(MIN_EVENTS), NOW)
+    assert not native(write(MIN_EVENTS - 1), NOW)
+    assert native(write(1), NOW, min_events=1)
+    assert native(write(50, NOW + EXPIRY_MARGIN_MS + 1), NOW)
+    assert not native(write(50, NOW + EXPIRY_MARGIN_MS), NOW)
+    assert not native(write(50, NOW - 1), NOW)
+
+
+def test_a_bucket_splits_when_it_grows_past_a_multiple_of_the_cap():
+    assert not splits(0, 4, 4, 1)  # at the cap
+    assert splits(0, 4, 5, 1)  # past it
+    assert not splits(0, 4, 6, 1)  # one it could not separate stays until the next multiple
+    assert splits(0, 4, 9, 1)
+    assert not splits(20, 4, 9, 1)  # the directory's deepest level
+
+
+def test_a_split_doubles_the_directory_at_the_global_depth_and_deepens_the_split_slots():
+    def slot(e: bytes) -> int:
+        return int(e)
+
+    entries = {str(v).encode(): b"x" for v in (0, 1, 2, 3, 5)}
+    done = split("d", b"", Bucket("d:0:0", 0, 0), entries, cap=4, slot=slot)
+    assert done is not None
+    assert done.directory == b"\x01\x01"
+    assert done.buckets == {"d:1:0": {b"0": b"x", b"2": b"x"}, "d:1:1": {b"1": b"x", b"3": b"x", b"5": b"x"}}
+    assert bucket(done.directory, "d", 5) == ("d:1:1", 1, 1)
+    # a half still over the cap splits again, deeper
+    entries = {str(v).encode(): b"x" for v in (1, 3, 5, 7, 9, 11)}
+    done = split("d", b"\x01\x01", Bucket("d:1:1", 1, 1), entries, cap=2, slot=slot)
+    assert done is not None
+    assert done.buckets == {
+        "d:3:1": {b"1": b"x", b"9": b"x"},
+        "d:3:5": {b"5": b"x"},
+        "d:3:3": {b"3": b"x", b"11": b"x"},
+        "d:3:7": {b"7": b"x"},
+    }
+    assert done.directory == b"\x01\x03\x01\x03\x01\x03\x01\x03"
+
+
+def test_entries_that_share_one_slot_value_are_left_unsplit():
+    entries = {b"a": b"1", b"b": b"2", b"c": b"3"}
+    assert split("d", b"", Bucket("d:0:0", 0, 0), entries, cap=2, slot=lambda e: 7) is None
