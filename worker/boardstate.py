@@ -19,7 +19,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 from common.events import Op
 from common.store.apply import ApplyReply, ApplyRequest, ForeignEpoch, Instance
@@ -35,7 +35,7 @@ from common.store.guarded import (
     Written,
 )
 from common.store.keys import string_slot
-from common.store.native import MIN_EVENTS, NativeWrites, native
+from common.store.native import MIN_EVENTS, Declined, NativeWrites, native
 from common.store.topology import Store
 from common.store.xhash import bucket
 from worker.decide import (
@@ -186,15 +186,18 @@ class BoardStates:
         return out
 
     def _write(self, client: Store, writes: list[GuardedWrite]) -> list[GuardReply | Exception]:
-        """Each board's writes, natively where they may go so, else through guarded.lua."""
+        """Each board's writes, natively where they may go so, else (or if the transaction
+        declined them) through guarded.lua."""
         now = time.time() * 1000
-        ways = [self.native and native(w, now, self.native_min_events) for w in writes]
-        self.stats.natives += sum(ways)
-        self.stats.scripted += len(ways) - sum(ways)
-        by_natives = iter(self._natives.run_many(client, [w for w, n in zip(writes, ways, strict=True) if n]))
-        scripted = [w for w, n in zip(writes, ways, strict=True) if not n]
-        by_script = iter(self._script.run_many(client, scripted) if scripted else [])
-        return [next(by_natives) if n else next(by_script) for n in ways]
+        natives = [i for i, w in enumerate(writes) if self.native and native(w, now, self.native_min_events)]
+        out: dict[int, GuardReply | Exception | Declined] = dict(
+            zip(natives, self._natives.run_many(client, [writes[i] for i in natives]), strict=True)
+        )
+        scripted = [i for i in range(len(writes)) if isinstance(out.get(i, Declined()), Declined)]
+        self.stats.natives += len(writes) - len(scripted)
+        self.stats.scripted += len(scripted)
+        out.update(zip(scripted, self._script.run_many(client, [writes[i] for i in scripted]), strict=True))
+        return [cast("GuardReply | Exception", out[i]) for i in range(len(writes))]
 
     def _settle(
         self, board: str, decision: Decision, reply: GuardReply | Exception, applied: set[bytes]

@@ -30,7 +30,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import redis
 from redis.cluster import RedisCluster
@@ -73,6 +73,11 @@ def native(write: GuardedWrite, now_ms: float, min_events: int = MIN_EVENTS) -> 
     return write.events >= min_events and not soon
 
 
+class Declined(NamedTuple):
+    """Not written this way: an instance it writes expires within EXPIRY_MARGIN_MS by Redis'
+    clock (the worker's own is only a first guess); guarded.lua takes it."""
+
+
 @dataclass
 class _Board:
     """One board's transaction: its connection, what it read, how it ended."""
@@ -81,7 +86,8 @@ class _Board:
     pool: ConnectionPool
     conn: Any = None
     expect: int = 0  # replies to read next
-    reply: GuardReply | Exception | None = None
+    reply: GuardReply | Exception | Declined | None = None
+    sock: Any = None  # the socket the WATCH was sent on
     sizes: dict[str, int] = field(default_factory=dict)  # each written key's entries, as read
     now: int = 0  # Redis' TIME (s)
     risky: list[IdBucket | IndexBucket] = field(default_factory=list)  # buckets that may split
@@ -114,11 +120,25 @@ class NativeWrites:
     def __init__(self) -> None:
         self.rebalance = load_script("rebalance", (("R", R),))
 
-    def run_many(self, client: Store, reqs: Sequence[GuardedWrite]) -> list[GuardReply | Exception]:
+    def run_many(
+        self, client: Store, reqs: Sequence[GuardedWrite]
+    ) -> list[GuardReply | Exception | Declined]:
         """Each request's reply as guarded.lua's would be; a request refused with an error (a
         key of another type, a redirect, a lost connection) comes back as that error, and wrote
-        nothing unless the connection was lost while EXEC ran (as a script call's reply can be)."""
+        nothing unless the connection was lost while EXEC ran (as a script call's reply can be).
+        Declined: an instance expires soon by Redis' clock (nothing written: guarded.lua's)."""
         boards = [_Board(req, _pool(client, req)) for req in reqs]
+        try:
+            self._run(boards)
+        except BaseException:  # a bug, or an interrupt: no connection goes back mid-transaction
+            for b in boards:
+                if b.conn is not None:
+                    b.conn.disconnect()
+                    b.pool.release(b.conn)
+            raise
+        return [b.reply if b.reply is not None else Conflict() for b in boards]
+
+    def _run(self, boards: list[_Board]) -> None:
         for b in boards:
             _send(b, self._reads(b.req))
         for b in boards:
@@ -138,7 +158,6 @@ class NativeWrites:
             if b.reply is None and got is not None:
                 b.reply = self._written(b, got[-1])
             _release(b)
-        return [b.reply if b.reply is not None else Conflict() for b in boards]
 
     # --- 1. the guard's reads -------------------------------------------------------------------
     @staticmethod
@@ -158,12 +177,15 @@ class NativeWrites:
         cmds += [("EXISTS", keys.moving), ("TIME",)]
         return cmds
 
-    def _check(self, b: _Board, got: list[Any]) -> GuardReply | Exception | None:
+    def _check(self, b: _Board, got: list[Any]) -> GuardReply | Exception | Declined | None:
         """guarded.lua's checks, in its order, on what the reads found; None: write."""
         req = b.req
         refused = _guard(req, got)
         if refused is not None:
             return refused
+        b.now = int(got[-1][0]) if not isinstance(got[-1], Exception) else 0
+        if req.expires_at_ms and req.expires_at_ms - b.now * 1000 <= EXPIRY_MARGIN_MS:
+            return Declined()  # by Redis' own clock, which expires the keys
         failed = next((r for r in got if isinstance(r, Exception)), None)
         if failed is not None:  # a key of another type where the board writes (or a redirect)
             return failed
@@ -175,7 +197,6 @@ class NativeWrites:
         if sealed:
             return Sealed(frozenset(sealed))
         scores = [next(rest) for _ in req.checks]
-        b.now = int(got[-1][0])
         dups = [
             fp
             for (_, fps), found in zip(req.checks, scores, strict=True)
@@ -365,10 +386,19 @@ def _split(b: _Board, w: IdBucket | IndexBucket, entries: dict[bytes, bytes], ne
 
 # --- connections ----------------------------------------------------------------------------------
 def _send(b: _Board, cmds: list[Cmd]) -> None:
+    """The first round trip takes a connection; the next ones must go on the very socket that
+    sent the WATCH: redis-py reconnects silently (a health check, or a socket it closed), and a
+    new connection has no WATCH."""
+    packed = [b"".join(pack(cmd) for cmd in cmds)]  # hiredis packs (C)
     try:
         if b.conn is None:
             b.conn = b.pool.get_connection()
-        b.conn.send_packed_command([b"".join(pack(cmd) for cmd in cmds)])  # hiredis packs (C)
+            b.conn.send_packed_command(packed)
+            b.sock = b.conn._sock
+        elif b.conn._sock is None or b.conn._sock is not b.sock:
+            raise redis.ConnectionError("the connection was reset between round trips")
+        else:
+            b.conn.send_packed_command(packed, check_health=False)
         b.expect = len(cmds)
     except _FAILURES as exc:
         _lost(b, exc)

@@ -22,7 +22,7 @@ from common.store import periodmark
 from common.store.encoding import Status
 from common.store.guarded import GuardedWrite
 from common.store.keys import BoardKeys, index_expiry
-from common.store.native import NativeWrites
+from common.store.native import EXPIRY_MARGIN_MS, NativeWrites
 from tests.helpers import BOTH_TOPOLOGIES, wait_for
 from worker.apply import Applier, Position, Source
 from worker.boardstate import BoardStates
@@ -165,8 +165,9 @@ def test_a_zombie_with_a_stale_fence_changes_nothing(rclient, settings):
     assert total == 10  # ...onto what A remembered: B's last five lost
 
 
-def _between(client: redis.Redis, prefix: str) -> tuple[float | None, int]:
-    """A reads the board (its transaction's first round trip), B writes it, A's transaction runs."""
+def _between(client: redis.Redis, prefix: str, reset: bool = False) -> tuple[float | None, int]:
+    """A reads the board (its transaction's first round trip), B writes it, A's transaction runs
+    (`reset`: on a connection dropped meanwhile, which redis-py would silently open again)."""
     a, b = applier(client, prefix), applier(client, prefix, cells=0)
     board = "g:between"
     a.apply([(ev(board, "m", 1, "1"), NOW)], [Position(SRC[0], 0, None)])
@@ -177,6 +178,8 @@ def _between(client: redis.Redis, prefix: str) -> tuple[float | None, int]:
         if not struck:
             struck.append(True)
             b.apply([(ev(board, "m", 10, "2"), NOW)], [Position(SRC[1], 0, None)])
+            if reset:
+                board_tx.conn.disconnect()
         return real(self, board_tx)
 
     with mock.patch.object(NativeWrites, "_transaction", after_the_reads):
@@ -201,6 +204,37 @@ def test_a_write_between_the_reads_and_the_transaction_makes_redis_refuse_it(rcl
 
     with mock.patch.object(NativeWrites, "_reads", staticmethod(unwatched)):
         assert _between(rclient, settings.key_prefix + "b:") == (2, 0)
+
+
+def test_a_connection_dropped_between_the_round_trips_loses_no_write(rclient, settings, way):
+    """A WATCH lives on its connection: one dropped after the reads must not be silently opened
+    again for the MULTI/EXEC (it would run unwatched, over B's write). The chunk goes to
+    apply.lua instead, and B's 10 counts."""
+    if way == "script":
+        pytest.skip("a guarded.lua call is one round trip")
+    assert _between(rclient, settings.key_prefix, reset=True)[0] == 12
+
+
+def test_a_period_expiring_soon_by_redis_clock_goes_through_the_script(rclient, settings, way):
+    """The worker's clock is only a first guess: a write whose period expires within the margin
+    by Redis' own clock (the one that expires keys) is declined by the transaction, and written
+    by guarded.lua instead (nothing written twice, nothing lost)."""
+    if way == "script":
+        pytest.skip("the script way has no transaction to decline it")
+    a = applier(rclient, settings.key_prefix)
+    board = "g:soon"
+    a.apply([(ev(board, "m", 1, "1"), NOW)], [Position(SRC[0], 0, None)])
+    redis_ms = int(rclient.time()[0]) * 1000
+
+    def soon(w: GuardedWrite) -> None:
+        w.expires_at_ms = redis_ms + EXPIRY_MARGIN_MS // 2
+
+    assert a.states is not None
+    before = a.states.stats.natives, a.states.stats.scripted
+    with altered(soon), mock.patch("worker.boardstate.native", return_value=True):
+        a.apply([(ev(board, "m", 2, "2"), NOW)], [Position(SRC[0], 1, None)])
+    assert (a.states.stats.natives, a.states.stats.scripted) == (before[0], before[1] + 1)
+    assert score(rclient, settings.key_prefix, board, "m") == 3
 
 
 def test_an_id_another_worker_applied_is_a_duplicate(rclient, settings):
