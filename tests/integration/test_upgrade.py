@@ -237,7 +237,10 @@ def test_rolling_update_from_0_1_0_while_producing(
         wait_for(lambda: applied_so_far(rclient, settings) > target * 0.5, 90, "half applied")
         assert old.poll() is None, (tmp_path / "0.1.0.log").read_text()[-2000:]
         old.send_signal(signal.SIGTERM)  # rolled: its replacement runs this release
-        assert old.wait(30) == 0
+        try:
+            assert old.wait(settings.shutdown_deadline_s + 10) == 0
+        except subprocess.TimeoutExpired:  # its own deadline did not end it: what was it doing?
+            raise AssertionError((tmp_path / "0.1.0.log").read_text()[-6000:]) from None
         new_a = worker_process(settings, worker_id="pod-a")
         produce(settings, thirds[2], pace_s=0.05)
         wait_applied_and_committed(rclient, settings, target)
