@@ -35,7 +35,7 @@ from common.store.guarded import (
     Written,
 )
 from common.store.keys import string_slot
-from common.store.native import MIN_EVENTS, Declined, NativeWrites, native
+from common.store.native import MAX_BOARDS, MIN_EVENTS, Declined, NativeWrites, native
 from common.store.topology import Store
 from common.store.xhash import bucket
 from worker.decide import (
@@ -189,7 +189,8 @@ class BoardStates:
         """Each board's writes, natively where they may go so, else (or if the transaction
         declined them) through guarded.lua."""
         now = time.time() * 1000
-        natives = [i for i, w in enumerate(writes) if self.native and native(w, now, self.native_min_events)]
+        eligible = [i for i, w in enumerate(writes) if self.native and native(w, now, self.native_min_events)]
+        natives = sorted(sorted(eligible, key=lambda i: -writes[i].events)[:MAX_BOARDS])
         out: dict[int, GuardReply | Exception | Declined] = dict(
             zip(natives, self._natives.run_many(client, [writes[i] for i in natives]), strict=True)
         )

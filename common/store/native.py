@@ -63,6 +63,9 @@ EXPIRY_MARGIN_MS = 60_000  # an instance expiring sooner is written by guarded.l
 # connection costs Redis less than a transaction on a connection of its own (bench/redis_cost.py
 # `small_chunks`: at 1 event a board 0.47x the transaction's Redis CPU, at 5 already 1.2x)
 MIN_EVENTS = 8
+# at most this many boards of a round go this way, the largest chunks first (each holds a
+# connection for the round: a batch over thousands of boards must not open thousands)
+MAX_BOARDS = 64
 Cmd = tuple[ArgT, ...]
 _FAILURES = (redis.ConnectionError, redis.TimeoutError, OSError)
 

@@ -22,7 +22,7 @@ from common.store import periodmark
 from common.store.encoding import Status
 from common.store.guarded import GuardedWrite
 from common.store.keys import BoardKeys, index_expiry
-from common.store.native import EXPIRY_MARGIN_MS, NativeWrites
+from common.store.native import EXPIRY_MARGIN_MS, MAX_BOARDS, NativeWrites
 from tests.helpers import BOTH_TOPOLOGIES, wait_for
 from worker.apply import Applier, Position, Source
 from worker.boardstate import BoardStates
@@ -235,6 +235,23 @@ def test_a_period_expiring_soon_by_redis_clock_goes_through_the_script(rclient, 
         a.apply([(ev(board, "m", 2, "2"), NOW)], [Position(SRC[0], 1, None)])
     assert (a.states.stats.natives, a.states.stats.scripted) == (before[0], before[1] + 1)
     assert score(rclient, settings.key_prefix, board, "m") == 3
+
+
+def test_a_round_over_more_boards_than_its_connections_writes_the_rest_through_the_script(
+    rclient, settings, way
+):
+    """Each board's transaction holds a connection for the round: at most MAX_BOARDS of them,
+    the largest chunks; the other boards' writes go through guarded.lua in the same round."""
+    if way == "script":
+        pytest.skip("the script way opens no connection of its own")
+    a = applier(rclient, settings.key_prefix)
+    boards = [f"g:many{i}" for i in range(MAX_BOARDS + 6)]
+    events = [(ev(board, "m", 1, f"e{i}"), NOW) for i, board in enumerate(boards)]
+    events += [(ev(boards[-1], "m", 1, f"again{j}"), NOW) for j in range(3)]  # the largest chunk
+    a.apply(events, [Position(SRC[0], i, None) for i in range(len(events))])
+    assert a.states is not None
+    assert (a.states.stats.natives, a.states.stats.scripted) == (MAX_BOARDS, 6)
+    assert [score(rclient, settings.key_prefix, b, "m") for b in boards] == [1] * (len(boards) - 1) + [4]
 
 
 def test_an_id_another_worker_applied_is_a_duplicate(rclient, settings):
