@@ -4,9 +4,13 @@ scripts' byte for byte in tests/integration/test_decided_writes.py."""
 
 from __future__ import annotations
 
+from typing import ClassVar
+
+import redis
+
 from common.store.guarded import GuardedWrite
 from common.store.keys import BoardKeys
-from common.store.native import EXPIRY_MARGIN_MS, MIN_EVENTS, native
+from common.store.native import EXPIRY_MARGIN_MS, MIN_EVENTS, _replies, native
 from common.store.xhash import Bucket, bucket, split, splits
 
 NOW = 1_800_000_000_000
@@ -63,3 +67,21 @@ def test_a_split_doubles_the_directory_at_the_global_depth_and_deepens_the_split
 def test_entries_that_share_one_slot_value_are_left_unsplit():
     entries = {b"a": b"1", b"b": b"2", b"c": b"3"}
     assert split("d", b"", Bucket("d:0:0", 0, 0), entries, cap=2, slot=lambda e: 7) is None
+
+
+def test_replies_are_read_one_by_one_without_hiredis():
+    class Parser:  # redis-py's pure-Python parser has no hiredis reader
+        pass
+
+    class Conn:
+        _parser = Parser()
+        replies: ClassVar[list[object]] = [b"OK", redis.ResponseError("WRONGTYPE"), 3]
+
+        def read_response(self) -> object:
+            reply = self.replies.pop(0)
+            if isinstance(reply, Exception):
+                raise reply
+            return reply
+
+    got = _replies(Conn(), 3)
+    assert got[0] == b"OK" and isinstance(got[1], redis.ResponseError) and got[2] == 3
