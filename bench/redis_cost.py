@@ -252,6 +252,7 @@ def _small_chunks(client: redis.Redis, now: int, rng: random.Random) -> Result:
             applier = Applier(client, parse_boards(CONFIG), PREFIX, 3600, now_ms=lambda: now, epoch="bench")
             assert applier.states is not None
             applier.states.native, applier.states.native_min_events = way == "native", 1
+            applier.states.native_max_boards = CHUNK  # every board of the round
             _spread(applier, rng, now, k, range(3))  # the states are read once
             before = redis_cpu_s(client)
             _spread(applier, rng, now, k, range(3, 3 + SMALL_ROUNDS))

@@ -110,6 +110,7 @@ class BoardStates:
         self.max_cells = max_cells
         self.native = native  # writes as native commands (common/store/native.py), else guarded.lua
         self.native_min_events = MIN_EVENTS  # a board's chunk of fewer events: guarded.lua
+        self.native_max_boards = MAX_BOARDS  # the boards of a round written natively, at most
         self.stats = Stats()
         self._states: OrderedDict[str, BoardState] = OrderedDict()
         self._sizes: dict[str, int] = {}
@@ -190,7 +191,7 @@ class BoardStates:
         declined them) through guarded.lua."""
         now = time.time() * 1000
         eligible = [i for i, w in enumerate(writes) if self.native and native(w, now, self.native_min_events)]
-        natives = sorted(sorted(eligible, key=lambda i: -writes[i].events)[:MAX_BOARDS])
+        natives = sorted(sorted(eligible, key=lambda i: -writes[i].events)[: self.native_max_boards])
         out: dict[int, GuardReply | Exception | Declined] = dict(
             zip(natives, self._natives.run_many(client, [writes[i] for i in natives]), strict=True)
         )
