@@ -3,7 +3,9 @@
 For a chunk `decidable` accepts, the worker decides the outcome itself (worker/decide.py) from
 the board's state it keeps here, reading from Redis only what it lacks (natives, pipelined over
 every board of the round: the seq, the fence, directories, then members' ties and scores), and
-Redis runs the decided writes behind guarded.lua's check. A board's state is kept while its seq
+Redis runs the decided writes behind a check that the board is still as the worker read it: as
+a transaction of commands (common/store/native.py), or for a small chunk, a period about to
+expire or a board beyond a round's connections, one guarded.lua call. A board's state is kept while its seq
 is the one the worker last wrote or read: a check that fails (someone else wrote the board: a
 second worker, a zombie, apply.lua) drops it, the chunk is read and decided again, at most
 MAX_TRIES times, then sent to apply.lua like every other chunk.

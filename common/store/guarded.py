@@ -148,7 +148,7 @@ class GuardedWrite:
 
 
 def op_args(w: Write, position: Callable[[str], int], id_directory: str) -> list[ArgT]:
-    """One write in guarded.lua's format (writes.lua runs it), its keys named by `position`."""
+    """One write in guarded.lua's format, its keys named by `position`."""
     if isinstance(w, Command):
         return ["c", w.name, position(w.key), len(w.args), *w.args]
     if isinstance(w, Rebalance):
