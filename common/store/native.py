@@ -99,6 +99,11 @@ class _Board:
     dirs: dict[str, bytes] = field(default_factory=dict)  # their directories, as read, then split
     split: set[str] = field(default_factory=set)  # directories a split changed
 
+    @property
+    def id_ttl_ms(self) -> int:
+        """An id window key lives one window (and a second) after its last insert (IDW.flush)."""
+        return (self.req.id_window_s + 1) * 1000
+
 
 def _s(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
@@ -136,9 +141,7 @@ class NativeWrites:
             self._run(boards)
         except BaseException:  # a bug, or an interrupt: no connection goes back mid-transaction
             for b in boards:
-                if b.conn is not None:
-                    b.conn.disconnect()
-                    b.pool.release(b.conn)
+                _drop(b)
             raise
         return [b.reply if b.reply is not None else Conflict() for b in boards]
 
@@ -246,7 +249,7 @@ class NativeWrites:
     # --- 3. the transaction ---------------------------------------------------------------------
     def _transaction(self, b: _Board) -> list[Cmd]:
         req = b.req
-        keys, window = req.keys, req.id_window_s
+        keys = req.keys
         cmds: list[Cmd] = [("MULTI",), ("EXISTS", keys.moving)]
         ids = False
         for w in req.writes:
@@ -264,7 +267,7 @@ class NativeWrites:
         id_dir = b.dirs.get(keys.id_window)
         id_dir_len = len(id_dir) if id_dir is not None else dict(req.directories).get(keys.id_window, 0)
         if ids and id_dir_len > 0:  # the id window's directory lives one window after its last insert
-            cmds.append(("PEXPIRE", keys.id_window, (window + 1) * 1000))
+            cmds.append(("PEXPIRE", keys.id_window, b.id_ttl_ms))
         if req.new_seq is not None:
             cmds.append(("SET", keys.seq, req.new_seq))
         if req.notify:  # last, as apply.lua: the API nodes' warm caches drop the board
@@ -276,7 +279,6 @@ class NativeWrites:
     def _ids(b: _Board, w: IdBucket) -> list[Cmd]:
         """An id window bucket's new fingerprints, stamped with Redis' time: guarded.lua's 'i'."""
         window = b.req.id_window_s
-        ttl = (window + 1) * 1000
         stamp = str(b.now).encode()
         entries = b.entries.get(w.key)
         if entries is not None:  # it may split
@@ -289,7 +291,7 @@ class NativeWrites:
         return [
             ("ZREMRANGEBYSCORE", w.key, "-inf", f"({b.now - window + 1}"),
             ("ZADD", w.key, *(x for fp in w.fingerprints for x in (stamp, fp))),
-            ("PEXPIRE", w.key, ttl),
+            ("PEXPIRE", w.key, b.id_ttl_ms),
         ]
 
     @staticmethod
@@ -374,7 +376,6 @@ def _split(b: _Board, w: IdBucket | IndexBucket, entries: dict[bytes, bytes], ne
     b.dirs[directory] = done.directory
     b.split.add(directory)
     expire_at = w.expire_at_ms if isinstance(w, IndexBucket) else 0
-    ttl = (req.id_window_s + 1) * 1000
     cmds: list[Cmd] = [("DEL", w.key)]
     for part_key, part in done.buckets.items():
         if index:
@@ -382,9 +383,9 @@ def _split(b: _Board, w: IdBucket | IndexBucket, entries: dict[bytes, bytes], ne
             cmds += _index_expiry(part_key, expire_at)
         else:
             cmds.append(("ZADD", part_key, *(x for e, v in part.items() for x in (v, e))))
-            cmds.append(("PEXPIRE", part_key, ttl))
+            cmds.append(("PEXPIRE", part_key, b.id_ttl_ms))
     cmds.append(("SET", directory, done.directory, "KEEPTTL"))
-    cmds += _index_expiry(directory, expire_at) if index else [("PEXPIRE", directory, ttl)]
+    cmds += _index_expiry(directory, expire_at) if index else [("PEXPIRE", directory, b.id_ttl_ms)]
     return cmds
 
 
@@ -447,6 +448,11 @@ def _replies(conn: Any, n: int) -> list[Any]:
 
 def _lost(b: _Board, exc: Exception) -> None:
     b.reply = exc if isinstance(exc, redis.RedisError) else redis.ConnectionError(str(exc))
+    _drop(b)
+
+
+def _drop(b: _Board) -> None:
+    """Close the board's connection (its WATCH, its unread replies) and give it back."""
     if b.conn is not None:
         b.conn.disconnect()
         b.pool.release(b.conn)
