@@ -33,6 +33,8 @@ from common.store.guarded import (
     GuardedScript,
     GuardedWrite,
     GuardReply,
+    IdBucket,
+    IndexBucket,
     Sealed,
     Written,
 )
@@ -135,8 +137,12 @@ class BoardStates:
         # a period past its expiry takes no more events: its members go (the state grows with
         # the board's live periods, not with its history)
         now = time.time() * 1000
-        for name in [n for n, inst in state.instances.items() if 0 < inst.expire_at_ms < now]:
+        expired = [n for n, inst in state.instances.items() if 0 < inst.expire_at_ms < now]
+        for name in expired:
             del state.instances[name]
+        if expired:  # their tie index buckets among them: read again when next written
+            state.sizes.clear()
+            state.cutoffs.clear()
         size = state.size()
         if size > self.max_cells:
             return
@@ -244,6 +250,12 @@ class BoardStates:
             state.instances[name].cells.update(cells)
         state.metas.update(d.metas)
         req = d.write
+        for w in req.writes:  # what a transaction left in them, else unknown until read again
+            if isinstance(w, IdBucket | IndexBucket):
+                state.sizes.pop(w.key, None)
+                state.cutoffs.pop(w.key, None)
+        state.sizes.update(reply.sizes)
+        state.cutoffs.update(reply.cutoffs)
         for key, value in reply.directories.items():
             if key == req.keys.id_window:
                 state.id_directory = value

@@ -72,9 +72,13 @@ class BoardState:
     metas: dict[str, str] = field(default_factory=dict)  # hot boards: member -> meta ('' = none)
     # periods whose result is sealed (worker/results.py): final, never written again
     sealed: set[str] = field(default_factory=set)
+    # what the board's transactions left in its buckets (common/store/guarded.py GuardedWrite
+    # `known`, `cutoffs`): entries per tie index / id window bucket, id window buckets' cutoffs
+    sizes: dict[str, int] = field(default_factory=dict)
+    cutoffs: dict[str, int] = field(default_factory=dict)
 
     def size(self) -> int:
-        return sum(len(inst.cells) for inst in self.instances.values()) + len(self.metas)
+        return sum(len(inst.cells) for inst in self.instances.values()) + len(self.metas) + len(self.sizes)
 
 
 @dataclass
@@ -272,6 +276,7 @@ class _Chunk:
             if isinstance(w, Command) and w.name in _PROBED
         ]
         probes += [(w.key, "h") for w in writes if isinstance(w, IndexBucket)]
+        buckets = [w.key for w in writes if isinstance(w, IdBucket | IndexBucket)]
         probes += [(k, "z") for w in writes if isinstance(w, Rebalance) for k in (w.rank, w.overflow)]
         write = GuardedWrite(
             keys=keys,
@@ -301,6 +306,8 @@ class _Chunk:
                 default=0,
             ),
             events=len(self.req.events),
+            known={k: state.sizes[k] for k in buckets if k in state.sizes},
+            cutoffs={k: state.cutoffs[k] for k in buckets if k in state.cutoffs},
         )
         return Decision(replies, write, committed, self.metas, new_fence, self.seq)
 

@@ -9,8 +9,9 @@ window. The script's layout (KEYS and ARGV positions) is this module's alone.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from common.store.apply import SLOT_LOST
@@ -98,6 +99,13 @@ class GuardedWrite:
     listpack_cap: int
     expires_at_ms: int = 0  # the earliest expiry of an instance it writes (0: none expires)
     events: int = 0  # the chunk's events
+    # what the worker knows of the buckets it writes, from its earlier transactions (Written's
+    # `sizes` and `cutoffs`, while no one else wrote the board): their entries (a tie index
+    # bucket's exactly, an id window bucket's at most) and, per id window bucket, the Redis second
+    # every entry in it was applied at or after. A transaction reads neither again; guarded.lua
+    # ignores them.
+    known: Mapping[str, int] = field(default_factory=dict)
+    cutoffs: Mapping[str, int] = field(default_factory=dict)
     _keys: list[str] = field(default_factory=list)
     _positions: dict[str, int] = field(default_factory=dict)
 
@@ -172,6 +180,10 @@ def op_args(w: Write, position: Callable[[str], int], id_directory: str) -> list
 
 class Written(NamedTuple):
     directories: dict[str, bytes]  # directory key -> its value, for each a split changed
+    # after a transaction (guarded.lua's reply has none): each written bucket's entries and each
+    # id window bucket's cutoff, as GuardedWrite's `known` and `cutoffs` take them
+    sizes: Mapping[str, int] = MappingProxyType({})
+    cutoffs: Mapping[str, int] = MappingProxyType({})
 
 
 class Conflict(NamedTuple):

@@ -8,6 +8,8 @@ connection only), in two round trips, three when a bucket may split:
 1. WATCH the board's seq, fence, slot mark, directories and seal markers, and read what
    guarded.lua checks: the fence, the seq, the directories' lengths, each written key with the
    type it is written as (and its size), the seal markers, the id window's fingerprints, TIME.
+   A bucket the board's earlier transactions left is not read: their replies (HSET's, HDEL's,
+   ZADD's, ZREMRANGEBYSCORE's counts) told the worker its size (GuardedWrite `known`).
 2. Only for a bucket that may outgrow its cap: its entries and its directory, to split it here
    (common/store/xhash.py, xhash.lua's rules).
 3. If the checks pass: MULTI, the writes, EXEC. Redis runs none of them if a watched key changed.
@@ -98,6 +100,11 @@ class _Board:
     entries: dict[str, dict[bytes, bytes]] = field(default_factory=dict)  # theirs, as read
     dirs: dict[str, bytes] = field(default_factory=dict)  # their directories, as read, then split
     split: set[str] = field(default_factory=set)  # directories a split changed
+    # the written buckets' entries after EXEC: key -> (entries before, [(EXEC reply index, +1 |
+    # -1)]: the replies that count entries added or removed); a split's parts, exactly
+    tally: dict[str, tuple[int, list[tuple[int, int]]]] = field(default_factory=dict)
+    parts: dict[str, int] = field(default_factory=dict)
+    cutoffs: dict[str, int] = field(default_factory=dict)  # id window buckets' after EXEC
 
     @property
     def id_ttl_ms(self) -> int:
@@ -177,8 +184,8 @@ class NativeWrites:
         cmds.append(("EXISTS", req.slot_mark or keys.fence))
         cmds.append(("GET", keys.seq))
         cmds += [("STRLEN", d) for d, _ in req.directories]
-        cmds += [("ZCARD" if kind == "z" else "HLEN", k) for k, kind in req.probes]
-        cmds += [("ZCARD", w.key) for w in req.writes if isinstance(w, IdBucket)]
+        cmds += [("ZCARD" if kind == "z" else "HLEN", k) for k, kind in req.probes if k not in req.known]
+        cmds += [("ZCARD", w.key) for w in req.writes if isinstance(w, IdBucket) and w.key not in req.known]
         cmds += [("GET", m) for m in req.unsealed]
         cmds += [("ZMSCORE", bucket, *fps) for bucket, fps in req.checks]
         cmds += [("EXISTS", keys.moving), ("TIME",)]
@@ -197,8 +204,11 @@ class NativeWrites:
         if failed is not None:  # a key of another type where the board writes (or a redirect)
             return failed
         rest = iter(got[4 + len(req.directories) :])
-        b.sizes = {k: int(next(rest)) for k, _ in req.probes}
-        b.sizes.update({w.key: int(next(rest)) for w in req.writes if isinstance(w, IdBucket)})
+        b.sizes = dict(req.known)  # the buckets the worker knows are not read again
+        b.sizes.update({k: int(next(rest)) for k, _ in req.probes if k not in req.known})
+        b.sizes.update(
+            {w.key: int(next(rest)) for w in req.writes if isinstance(w, IdBucket) and w.key not in req.known}
+        )
         marks = [next(rest) for _ in req.unsealed]
         sealed = [m for m, mark in zip(req.unsealed, marks, strict=True) if mark and _s(mark)[:1] == "s"]
         if sealed:
@@ -261,9 +271,9 @@ class NativeWrites:
                 cmds.append(("EVAL", self.rebalance.source, 2, w.rank, w.overflow, *(head[n] for n in R)))
             elif isinstance(w, IdBucket):
                 ids = True
-                cmds += self._ids(b, w)
+                self._ids(b, w, cmds)
             else:
-                cmds += self._index(b, w)
+                self._index(b, w, cmds)
         id_dir = b.dirs.get(keys.id_window)
         id_dir_len = len(id_dir) if id_dir is not None else dict(req.directories).get(keys.id_window, 0)
         if ids and id_dir_len > 0:  # the id window's directory lives one window after its last insert
@@ -276,26 +286,36 @@ class NativeWrites:
         return cmds
 
     @staticmethod
-    def _ids(b: _Board, w: IdBucket) -> list[Cmd]:
-        """An id window bucket's new fingerprints, stamped with Redis' time: guarded.lua's 'i'."""
+    def _ids(b: _Board, w: IdBucket, cmds: list[Cmd]) -> None:
+        """An id window bucket's new fingerprints, stamped with Redis' time: guarded.lua's 'i'.
+        Its entries applied a window ago or more go first, unless the worker knows there are none
+        older than TRIM_SLACK beyond the window (each id is then kept that much longer at most)."""
         window = b.req.id_window_s
         stamp = str(b.now).encode()
+        live_from = b.now - window + 1
         entries = b.entries.get(w.key)
         if entries is not None:  # it may split
-            live = {m: s for m, s in entries.items() if float(s) >= b.now - window + 1}
+            live = {m: s for m, s in entries.items() if float(s) >= live_from}
             new = sum(1 for fp in w.fingerprints if fp not in live)
             live.update(dict.fromkeys(w.fingerprints, stamp))
             done = _split(b, w, live, new)
             if done is not None:
-                return done
-        return [
-            ("ZREMRANGEBYSCORE", w.key, "-inf", f"({b.now - window + 1}"),
-            ("ZADD", w.key, *(x for fp in w.fingerprints for x in (stamp, fp))),
-            ("PEXPIRE", w.key, b.id_ttl_ms),
-        ]
+                cmds += done
+                return
+        before = b.sizes[w.key]
+        cutoff = b.req.cutoffs.get(w.key, b.now if before == 0 else None)
+        counts = b.tally[w.key] = (before, [])
+        if entries is not None or cutoff is None or cutoff < live_from - trim_slack(window):
+            counts[1].append((len(cmds) - 1, -1))
+            cmds.append(("ZREMRANGEBYSCORE", w.key, "-inf", f"({live_from}"))
+            cutoff = live_from
+        b.cutoffs[w.key] = cutoff
+        counts[1].append((len(cmds) - 1, 1))
+        cmds.append(("ZADD", w.key, *(x for fp in w.fingerprints for x in (stamp, fp))))
+        cmds.append(("PEXPIRE", w.key, b.id_ttl_ms))
 
     @staticmethod
-    def _index(b: _Board, w: IndexBucket) -> list[Cmd]:
+    def _index(b: _Board, w: IndexBucket, cmds: list[Cmd]) -> None:
         """A tie index bucket's fields dropped and set: guarded.lua's 't'."""
         entries = b.entries.get(w.key)
         new_bucket = b.sizes[w.key] == len(w.drop)  # empty once its dropped fields went
@@ -310,13 +330,17 @@ class NativeWrites:
             if new:
                 done = _split(b, w, entries, new)
                 if done is not None:
-                    return done
-        cmds: list[Cmd] = [("HDEL", w.key, *w.drop)] if w.drop else []
+                    cmds += done
+                    return
+        counts = b.tally[w.key] = (b.sizes[w.key], [])
+        if w.drop:
+            counts[1].append((len(cmds) - 1, -1))
+            cmds.append(("HDEL", w.key, *w.drop))
         if w.put:
+            counts[1].append((len(cmds) - 1, 1))
             cmds.append(("HSET", w.key, *(x for m, t in w.put for x in (m, t))))
             if new_bucket:
                 cmds += _index_expiry(w.key, w.expire_at_ms)
-        return cmds
 
     def _written(self, b: _Board, reply: Any) -> GuardReply | Exception:
         if reply is None:  # a watched key changed: Redis ran nothing
@@ -327,7 +351,10 @@ class NativeWrites:
         if failed is not None:  # the checks rule it out: said loudly, and apply.lua takes the chunk
             _log.error("a native write failed inside its transaction", extra={"error": str(failed)})
             return failed
-        return Written({d: b.dirs[d] for d in b.split})
+        sizes = dict(b.parts)
+        for key, (before, counted) in b.tally.items():
+            sizes[key] = before + sum(sign * int(reply[at]) for at, sign in counted)
+        return Written({d: b.dirs[d] for d in b.split}, sizes, b.cutoffs)
 
 
 def _guard(req: GuardedWrite, got: list[Any]) -> GuardReply | Exception | None:
@@ -348,6 +375,12 @@ def _guard(req: GuardedWrite, got: list[Any]) -> GuardReply | Exception | None:
         or any(int(found) != length for (_, length), found in zip(req.directories, lengths, strict=True))
     )
     return Conflict() if changed else None
+
+
+def trim_slack(window_s: int) -> int:
+    """How long past the id window an entry may stay in its bucket (a sixtieth of the window:
+    its bucket is then trimmed once in that long at most, not on each write)."""
+    return window_s // 60
 
 
 def _directory(req: GuardedWrite, w: IdBucket | IndexBucket) -> str:
@@ -377,7 +410,11 @@ def _split(b: _Board, w: IdBucket | IndexBucket, entries: dict[bytes, bytes], ne
     b.split.add(directory)
     expire_at = w.expire_at_ms if isinstance(w, IndexBucket) else 0
     cmds: list[Cmd] = [("DEL", w.key)]
+    b.parts.update(dict.fromkeys(done.empty, 0))
     for part_key, part in done.buckets.items():
+        b.parts[part_key] = len(part)
+        if not index:
+            b.cutoffs[part_key] = b.now - req.id_window_s + 1
         if index:
             cmds.append(("HSET", part_key, *(x for e, v in part.items() for x in (e, v))))
             cmds += _index_expiry(part_key, expire_at)

@@ -51,11 +51,13 @@ class Bucket(NamedTuple):
 @dataclass
 class Split:
     """The buckets a split leaves (key -> its entries, in the order they are written) and the
-    directory after it; `dropped` is the bucket that was split."""
+    directory after it; `dropped` is the bucket that was split; `empty`, the buckets of the new
+    directory it left without an entry (no key holds them)."""
 
     dropped: str
     buckets: dict[str, dict[bytes, bytes]]
     directory: bytes
+    empty: tuple[str, ...] = ()
 
 
 def split(
@@ -83,16 +85,19 @@ def split(
     for s in range(p, len(table), 1 << d):
         table[s] = d + 1
     out: dict[str, dict[bytes, bytes]] = {}
+    empty: list[str] = []
     for half, part in enumerate(halves):
-        if not part:
-            continue
         hp = p + half * (1 << d)
         hkey = f"{dir_key}:{d + 1}:{hp}"
+        if not part:
+            empty.append(hkey)
+            continue
         out[hkey] = part
         if len(part) > cap and d + 1 < MAX_DEPTH:
             deeper = split(dir_key, bytes(table), Bucket(hkey, d + 1, hp), part, cap=cap, slot=slot)
             if deeper is not None:
                 del out[hkey]
                 out.update(deeper.buckets)
+                empty += deeper.empty
                 table = bytearray(deeper.directory)
-    return Split(key, out, bytes(table))
+    return Split(key, out, bytes(table), tuple(empty))

@@ -20,7 +20,7 @@ from common.boards import parse_boards
 from common.events import Op, UpdateEvent
 from common.store import periodmark
 from common.store.encoding import Status
-from common.store.guarded import GuardedWrite
+from common.store.guarded import GuardedWrite, IdBucket, IndexBucket
 from common.store.keys import BoardKeys, index_expiry
 from common.store.native import EXPIRY_MARGIN_MS, MAX_BOARDS, NativeWrites
 from tests.helpers import BOTH_TOPOLOGIES, wait_for
@@ -344,6 +344,48 @@ def test_redis_holds_what_apply_lua_leaves_through_splits_and_turns(rclient, set
     assert sum(s.hits for s in stats) > 0
     assert sum(s.natives if way == "native" else s.scripted for s in stats) > 0
     assert sum(s.scripted if way == "native" else s.natives for s in stats) == 0
+
+
+@BOTH_TOPOLOGIES
+def test_a_board_written_alone_is_not_read_again_for_its_buckets(rclient, settings, way):
+    """What the board's transactions left in its buckets is kept with its state: a tie index
+    bucket's entries exactly, an id window bucket's at most, and the second every id in it was
+    applied at or after; a later transaction reads none of them again (no HLEN or ZCARD of a
+    known bucket), through splits (cap 4)."""
+    if way == "script":
+        pytest.skip("a guarded.lua call reads the buckets inside Redis, and reports nothing of them")
+    prefix = settings.key_prefix
+    a = applier(rclient, prefix, cap=4)
+    board = "g:alone"
+    rng = random.Random(5)
+    sent: list[list[Any]] = []
+    real = NativeWrites._reads
+
+    def reads(req: GuardedWrite) -> Any:
+        cmds = real(req)
+        buckets = {w.key for w in req.writes if isinstance(w, IdBucket | IndexBucket)}
+        sent.append([c for c in cmds if c[0] in ("HLEN", "ZCARD") and c[1] in buckets])
+        return cmds
+
+    with mock.patch.object(NativeWrites, "_reads", staticmethod(reads)):
+        for n in range(12):
+            batch = [(ev(board, f"m{rng.randrange(40)}", 1, f"e{n}-{i}"), NOW) for i in range(20)]
+            a.apply(batch, [Position(SRC[0], n * 20 + i, None) for i in range(20)])
+    assert a.states is not None
+    state = a.states._states[board]
+    assert len(state.sizes) > 10  # the buckets split (cap 4)
+    assert sent[0]  # the first transaction reads the buckets' sizes...
+    assert not any(sent[1:])  # ...and none again: every bucket written since was known
+    keys = BoardKeys(prefix, board)
+    for key, size in state.sizes.items():
+        if key.startswith(keys.id_window):
+            stamps = [s for _, s in rclient.zrange(key, 0, -1, withscores=True)]
+            cutoff = state.cutoffs.get(key)  # none for a bucket a split left empty
+            assert len(stamps) <= size, key
+            assert not stamps or (cutoff is not None and min(stamps) >= cutoff), key
+        else:
+            assert rclient.hlen(key) == size, key
+    assert a.states.stats.conflicts == a.states.stats.stale == 0
 
 
 def test_a_foreign_key_in_the_boards_place_fails_the_chunk_before_any_write(rclient, settings):

@@ -62,6 +62,18 @@ def test_a_split_doubles_the_directory_at_the_global_depth_and_deepens_the_split
         "d:3:7": {b"7": b"x"},
     }
     assert done.directory == b"\x01\x03\x01\x03\x01\x03\x01\x03"
+    assert done.empty == ()  # every half holds entries
+    # a half left without entries holds no key: the split names it (its size is 0)
+    entries = {str(v).encode(): b"x" for v in (0, 2, 4, 1)}
+    done = split("d", b"", Bucket("d:0:0", 0, 0), entries, cap=2, slot=slot)
+    assert done is not None
+    assert done.buckets == {"d:2:0": {b"0": b"x", b"4": b"x"}, "d:2:2": {b"2": b"x"}, "d:1:1": {b"1": b"x"}}
+    assert done.empty == ()
+    entries = {str(v).encode(): b"x" for v in (0, 4, 8)}
+    done = split("d", b"", Bucket("d:0:0", 0, 0), entries, cap=2, slot=slot)
+    assert done is not None
+    assert done.buckets == {"d:3:0": {b"0": b"x", b"8": b"x"}, "d:3:4": {b"4": b"x"}}
+    assert set(done.empty) == {"d:1:1", "d:2:2"}
 
 
 def test_entries_that_share_one_slot_value_are_left_unsplit():
