@@ -8,6 +8,9 @@ week], MEMBERS members with 24-character ids, Redis with AOF as `rankstream dev`
 - repeating: as many events again, members drawn uniformly from those on the board;
 - zipf: as many events again, members drawn Zipf(1.1) from those on the board (a live room: a
   few members get most of the gifts).
+The worker keeps the board's state through the three phases, as a worker owning its partitions
+does; `*_repeating_cold` runs the repeating stream once more after it forgot the board (as after
+a restart: each member read from Redis once).
 Ours = worker/apply.py's Applier (the worker deciding, Redis running the guarded writes, with
 the offset fence and id window) called in chunks of CHUNK events, as the worker calls it;
 `*_redis_decides` = the same with RANKSTREAM_WORKER_STATE_CELLS=0 (apply.lua decides every
@@ -307,6 +310,11 @@ def measure_redis_cost(client: redis.Redis, rng: random.Random) -> Result:
         "redis_vs_bare": ratio["distinct"],
         "redis_vs_bare_repeating": ratio["repeating"],
         "redis_vs_bare_zipf": ratio["zipf"],
+        # the repeating stream once more after the worker forgot the board (as after a restart)
+        "redis_us_per_event_repeating_cold": ours["repeating_cold_us_per_event"],
+        "redis_vs_bare_repeating_cold": round(
+            ours["repeating_cold_us_per_event"] / bare["repeating_us_per_event"], 2
+        ),
         "redis_us_per_event_redis_decides": lua["distinct_us_per_event"],
         "redis_us_per_event_repeating_redis_decides": lua["repeating_us_per_event"],
         "redis_us_per_event_zipf_redis_decides": lua["zipf_us_per_event"],
