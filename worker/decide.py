@@ -1,15 +1,20 @@
 """A board chunk's outcome, decided in the worker: what apply.lua decides, from the worker's own
 state of the board (worker/boardstate.py) instead of inside Redis.
 
-For boards whose windows are total, calendar, fixed-length periods and seasons, with or without
-max_members and period results (no rolling window, no previous release's layout to adopt), and
-for events, not erase or reset: those still go through apply.lua. A period whose result is
-sealed is final: events skip it (counted late), as apply.lua's do. `decide` is pure: it reads the
-board's state and returns the per-event replies apply.lua would have returned, the writes that
-make Redis agree (common/store/guarded.py), and the state after them, which the caller keeps once
-Redis took the writes. The rules are apply.lua's, in its order: the offset fence, the failure
-records, the id window (assumed new unless known applied: the script checks), a closed board's
-refusal, then per instance incr/set/best/delete with the declared score range.
+For every window kind (total, calendar, fixed-length periods, seasons, rolling), with or without
+max_members and period results (not a previous release's layout to adopt), and for events,
+not erase or reset: those still go through apply.lua. A period whose result is sealed is final:
+events skip it (counted late), as apply.lua's do. A rolling window's bucket keeps the member's
+board over its own events and each period adds the bucket's change (apply.lua plan_bucket,
+plan_delta); its next period, prepared ahead by worker/rolling.py, is left alone while its
+preparation has not begun (BoardState.unstarted, checked again by the transaction that writes:
+common/store/native.py), and once it has, the chunk is apply.lua's (which derives it).
+`decide` is pure: it reads the board's state and returns the per-event replies apply.lua would
+have returned, the writes that make Redis agree (common/store/guarded.py), and the state after
+them, which the caller keeps once Redis took the writes. The rules are apply.lua's, in its
+order: the offset fence, the failure records, the id window (assumed new unless known applied:
+the script checks), a closed board's refusal, then per instance incr/set/best/delete with the
+declared score range.
 """
 
 from __future__ import annotations
@@ -21,7 +26,18 @@ from dataclasses import dataclass, field
 
 from common.events import Op
 from common.idwindow import LISTPACK_CAP
-from common.store.apply import BOARD_CLOSED_MARK, CLOSED_OP, ApplyEvent, ApplyRequest, EventReply, Instance
+from common.store.apply import (
+    BOARD_CLOSED_MARK,
+    BUCKET,
+    CLOSED_OP,
+    DELTA,
+    DERIVED,
+    UNREPORTED,
+    ApplyEvent,
+    ApplyRequest,
+    EventReply,
+    Instance,
+)
 from common.store.encoding import (
     EXACT_MAX,
     MemberState,
@@ -76,6 +92,9 @@ class BoardState:
     # `known`, `cutoffs`): entries per tie index / id window bucket, id window buckets' cutoffs
     sizes: dict[str, int] = field(default_factory=dict)
     cutoffs: dict[str, int] = field(default_factory=dict)
+    # next rolling periods whose preparation had not begun when the board was read (their
+    # markers absent): events leave them alone; each write checks that it still has not
+    unstarted: set[str] = field(default_factory=set)
 
     def size(self) -> int:
         return sum(len(inst.cells) for inst in self.instances.values()) + len(self.metas) + len(self.sizes)
@@ -161,7 +180,12 @@ class _Chunk:
     def __init__(self, req: ApplyRequest, state: BoardState, applied: set[bytes]) -> None:
         self.req, self.state, self.applied = req, state, applied
         self.names = [inst.name for inst in req.instances]
-        self.insts = [state.instances[n] for n in self.names]
+        # None: an instance the state keeps nothing of (a derived rolling period, a bucket only
+        # derived periods read): no event of the chunk writes it
+        self.insts = [state.instances.get(n) for n in self.names]
+        self.roles = [inst.rolling.role if inst.rolling else "" for inst in req.instances]
+        self.groups = [inst.rolling.group if inst.rolling else "" for inst in req.instances]
+        self.rolling = any(self.roles)
         self.low, self.high = (-EXACT_MAX, EXACT_MAX) if req.score_range is None else req.score_range
         self.sources = _sources(req, state.fence)
         self.post: list[dict[str, Cell]] = [{} for _ in self.names]  # changed cells per instance
@@ -177,7 +201,8 @@ class _Chunk:
     def cell(self, i: int, member: str) -> Cell:
         got = self.post[i].get(member)
         if got is None:
-            got = self.insts[i].cells.get(member)
+            inst = self.insts[i]
+            got = inst.cells.get(member) if inst is not None else None
             if got is None:
                 raise Undecidable(f"member {member!r} of {self.names[i]} was not read")
         return got
@@ -186,6 +211,9 @@ class _Chunk:
         inst = self.masks.get(ev.mask)
         if inst is None:  # consecutive events share their instances: computed once per mask
             inst = self.masks[ev.mask] = [i for i in range(len(self.names)) if ev.mask >> i & 1]
+            for i in inst:
+                if self.roles[i] == DERIVED and self.names[i] not in self.state.unstarted:
+                    raise Undecidable(f"{self.names[i]} is being prepared")
         src = self.sources[ev.where // 1000 - 1] if ev.where > 0 else None
         sub = ev.where % 1000
         pos = f"{ev.offset}:{sub}"
@@ -212,15 +240,31 @@ class _Chunk:
         if not self.req.want_state:
             return EventReply(status, self.seq, failed_as, (), None, (), skipped)
         # (a sealed period reports its final state: a hot node re-publishes it)
-        cells = [self.cell(i, ev.member) for i in inst] if ev.op != "x" else []
-        states = tuple(None if c[0] is None else MemberState(c[0], c[1]) for c in cells)
+        states = (
+            tuple(
+                UNREPORTED  # a next period this event did not write: the preparer's walk publishes it
+                if self.roles[i] == DERIVED
+                else _state(self.cell(i, ev.member))
+                for i in inst
+            )
+            if ev.op != "x"
+            else ()
+        )
         meta = self.metas.get(ev.member, self.state.metas.get(ev.member, ""))
         return EventReply(status, self.seq, failed_as, states, meta.encode() or None, (), skipped)
 
     def _open(self, mask: int, inst: list[int]) -> list[int]:
+        """The instances the event writes, in apply.lua's order: rolling buckets first (an
+        event's delta in its window is its bucket's change), the rest; no sealed period, and no
+        next rolling period (unstarted: events leave it to the preparer's walk)."""
         got = self.open.get(mask)
         if got is None:
-            got = self.open[mask] = [i for i in inst if i not in self.sealed]
+            open_ = [i for i in inst if i not in self.sealed and self.roles[i] != DERIVED]
+            if self.rolling:
+                open_ = [i for i in open_ if self.roles[i] == BUCKET] + [
+                    i for i in open_ if self.roles[i] != BUCKET
+                ]
+            got = self.open[mask] = open_
         return got
 
     def _new(self, ev: ApplyEvent, inst: list[int]) -> tuple[Status, str | None]:
@@ -232,14 +276,19 @@ class _Chunk:
         self.checks.append(ev.fingerprint)
         if ev.op == CLOSED_OP:
             return Status.FAILED, BOARD_CLOSED_MARK
-        plans = [
-            (i, new)
-            for i in self._open(ev.mask, inst)
-            if (new := _plan(self.req, self.cell(i, ev.member), ev, i)) is not None
-        ]
+        if self.rolling:
+            plans = self._rolling_plans(ev, self._open(ev.mask, inst))
+        else:
+            plans = [
+                (i, new)
+                for i in self._open(ev.mask, inst)
+                if (new := _plan(self.req, self.cell(i, ev.member), ev, i)) is not None
+            ]
         integral = self.req.score_range is not None
-        for _, (v, _, _) in plans:
-            if v is not None and (v < self.low or v > self.high or (integral and v != math.floor(v))):
+        for i, (v, _, _) in plans:
+            if v is None or self.roles[i] == DELTA:  # a rolling period's score is a sum of buckets
+                continue
+            if v < self.low or v > self.high or (integral and v != math.floor(v)):
                 return Status.OUT_OF_RANGE, None
         for i, new in plans:
             self.post[i][ev.member] = new
@@ -249,25 +298,54 @@ class _Chunk:
             self.metas[ev.member] = "" if ev.op in _GONE else ev.meta
         return Status.APPLIED, None
 
+    def _rolling_plans(self, ev: ApplyEvent, order: list[int]) -> list[tuple[int, Cell]]:
+        """apply.lua `decide` on a board with rolling windows: a bucket keeps the member's board
+        over its own events (plan_bucket), a period adds the bucket's change (plan_delta), any
+        other window as `_plan`."""
+        if ev.op in _GONE:  # sent as an erase (every instance of its call): apply.lua's
+            raise Undecidable("a delete on a board with rolling windows")
+        plans: list[tuple[int, Cell]] = []
+        delta: dict[str, float] = {}
+        for i in order:
+            c, role = self.cell(i, ev.member), self.roles[i]
+            new: Cell | None
+            if role == BUCKET:
+                new, delta[self.groups[i]] = _plan_bucket(self.req.desc, c, ev)
+            elif role == DELTA:
+                change = delta.get(self.groups[i])
+                if change is None:
+                    raise Undecidable(f"{self.names[i]} without its bucket")
+                new = _plan_delta(c, change, ev.tie_ms)
+            else:
+                new = _plan(self.req, c, ev, i)
+            if new is not None:
+                plans.append((i, new))
+        return plans
+
     def decision(self, replies: list[EventReply]) -> Decision:
         keys, state = self.req.keys, self.state
         fence_writes, new_fence = self._fence()
         writes: list[Write] = [*fence_writes, *self._metas(), *self._ids()]
         committed: dict[str, dict[str, Cell]] = {}
         for i, changed in enumerate(self.post):
-            if changed:
-                writes += _instance_writes(self.req, self.req.instances[i], self.insts[i], changed)
-                committed[self.names[i]] = {
-                    m: (c[0], c[1], None if c[0] is None else c[1]) for m, c in changed.items()
-                }
+            inst = self.insts[i]
+            if not changed or inst is None:
+                continue
+            if self.roles[i] == BUCKET:
+                writes += _bucket_writes(self.req, self.req.instances[i], changed)
+            else:
+                writes += _instance_writes(self.req, self.req.instances[i], inst, changed)
+            committed[self.names[i]] = {
+                m: (c[0], c[1], None if c[0] is None else c[1]) for m, c in changed.items()
+            }
         checks: dict[str, list[bytes]] = {}
         for fp in self.checks:
             checks.setdefault(bucket(state.id_directory, keys.id_window, bytes_slot(fp))[0], []).append(fp)
         directories = [(keys.id_window, len(state.id_directory))]
         directories += [
             (keys.tie_index(n), len(inst.directory))
-            for n, inst, changed in zip(self.names, self.insts, self.post, strict=True)
-            if changed and inst.packing is None
+            for n, inst, changed, role in zip(self.names, self.insts, self.post, self.roles, strict=True)
+            if changed and inst is not None and inst.packing is None and role != BUCKET
         ]
         changed_seq = self.seq != state.seq
         probes = [
@@ -290,6 +368,9 @@ class _Chunk:
                 keys.prepared(inst.name)
                 for inst in self.req.instances
                 if inst.sealable and inst.name not in state.sealed
+            ],
+            unstarted=[
+                keys.prepared(n) for n, role in zip(self.names, self.roles, strict=True) if role == DERIVED
             ],
             checks=list(checks.items()),
             writes=writes,
@@ -353,6 +434,53 @@ class _Chunk:
             key, d, p = bucket(self.state.id_directory, keys.id_window, bytes_slot(fp))
             groups.setdefault(key, (d, p, []))[2].append(fp)
         return [IdBucket(k, d, p, tuple(fps)) for k, (d, p, fps) in groups.items()]
+
+
+def _state(c: Cell) -> MemberState | None:
+    return None if c[0] is None else MemberState(c[0], c[1])
+
+
+def _plan_bucket(desc: bool, c: Cell, ev: ApplyEvent) -> tuple[Cell | None, float]:
+    """apply.lua `plan_bucket`: the member's new state in a rolling bucket (None: unchanged; its
+    tie is its latest event), and the event's delta in the window: the value after minus before."""
+    score = c[0]
+    old = score if score is not None else 0.0
+    if ev.op == "incr":
+        v = old + ev.score
+    elif ev.op == "set" or score is None or _better(desc, ev.score, score):
+        v = ev.score
+    else:
+        v = score
+    t = max(c[1], ev.tie_ms) if score is not None else ev.tie_ms
+    if score is not None and v == score and t == c[1]:
+        return None, 0.0
+    return (v, t, c[2]), v - old
+
+
+def _plan_delta(c: Cell, delta: float, tie: int) -> Cell | None:
+    """apply.lua `plan_delta`: a rolling period's new state when the event adds `delta`."""
+    score = c[0]
+    v = (score if score is not None else 0.0) + delta
+    t = max(c[1], tie) if score is not None else tie
+    if score is not None and v == score and t == c[1]:
+        return None
+    return (v, t, c[2])
+
+
+def _bucket_writes(req: ApplyRequest, instance: Instance, changed: dict[str, Cell]) -> list[Write]:
+    """apply.lua `flush_bucket` and its expiry: a rolling bucket is a hash member ->
+    "<value>|<latest event ms>"."""
+    key = req.keys.bucket(instance.name)
+    put = [x for m, (v, t, _) in changed.items() if v is not None for x in (m, f"{format_score(v)}|{t}")]
+    drop = tuple(m for m, (v, _, _) in changed.items() if v is None)
+    out: list[Write] = []
+    if put:
+        out.append(Command("HSET", key, tuple(put)))
+    if drop:
+        out.append(Command("HDEL", key, drop))
+    if instance.expire_at_ms:
+        out.append(Command("PEXPIREAT", key, (instance.expire_at_ms,)))
+    return out
 
 
 def _redelivered(why: str | None) -> tuple[Status, str | None]:

@@ -106,6 +106,10 @@ class GuardedWrite:
     # ignores them.
     known: Mapping[str, int] = field(default_factory=dict)
     cutoffs: Mapping[str, int] = field(default_factory=dict)
+    # the markers of next rolling periods the writes leave alone because their preparation has
+    # not begun (keys.prepared): none may exist. Only a transaction checks them: a write that
+    # names any goes no other way (BoardStates sends its chunk to apply.lua instead)
+    unstarted: Sequence[str] = ()
     _keys: list[str] = field(default_factory=list)
     _positions: dict[str, int] = field(default_factory=dict)
 
@@ -208,7 +212,12 @@ class Foreign(NamedTuple):
     found: str
 
 
-GuardReply = Written | Conflict | Duplicates | Sealed | Foreign
+class Started(NamedTuple):
+    """A next rolling period's preparation began (or the write could not check it): nothing was
+    written; apply.lua writes the chunk."""
+
+
+GuardReply = Written | Conflict | Duplicates | Sealed | Foreign | Started
 
 
 class GuardedScript:

@@ -18,7 +18,9 @@ Why watching those keys guards every key written: each writer of a board's keys 
 them with its writes. Appliers (apply.lua, guarded.lua, this) set the seq whenever an event is
 applied, which is when they write members, tie indexes, the id window or the overflow, and write
 the fence otherwise; a split changes its directory; the results emitter writes the seal markers;
-the rolling preparer writes rolling instances only, which a decided board has none of. A key's
+the rolling preparer writes only next periods whose preparation began (derive, rebuild), after it
+set their marker: a decided write leaves those periods alone, WATCHes their markers and checks
+that none exists (GuardedWrite `unstarted`; else Started: apply.lua writes the chunk). A key's
 expiry is the one change without a writer: an instance that expires within EXPIRY_MARGIN_MS goes
 through guarded.lua instead, and an id window bucket expires only once every entry in it is older
 than the window (its loss changes no decision). In a Redis Cluster, a slot being migrated answers
@@ -30,7 +32,7 @@ the transaction (rebalance.lua), once per instance and round.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -51,6 +53,7 @@ from common.store.guarded import (
     IndexBucket,
     Rebalance,
     Sealed,
+    Started,
     Written,
 )
 from common.store.keys import INDEX_EXPIRY_SPREAD_MS, string_slot
@@ -177,7 +180,7 @@ class NativeWrites:
     @staticmethod
     def _reads(req: GuardedWrite) -> list[Cmd]:
         keys = req.keys
-        watched = [keys.seq, keys.fence, *(d for d, _ in req.directories), *req.unsealed]
+        watched = [keys.seq, keys.fence, *(d for d, _ in req.directories), *req.unsealed, *req.unstarted]
         watched += [req.slot_mark] if req.slot_mark else []
         cmds: list[Cmd] = [("WATCH", *dict.fromkeys(watched))]
         cmds.append(("HMGET", keys.fence, "e", *(f for f, _ in req.fence)))
@@ -187,6 +190,7 @@ class NativeWrites:
         cmds += [("ZCARD" if kind == "z" else "HLEN", k) for k, kind in req.probes if k not in req.known]
         cmds += [("ZCARD", w.key) for w in req.writes if isinstance(w, IdBucket) and w.key not in req.known]
         cmds += [("GET", m) for m in req.unsealed]
+        cmds += [("EXISTS", *req.unstarted)] if req.unstarted else []
         cmds += [("ZMSCORE", bucket, *fps) for bucket, fps in req.checks]
         cmds += [("EXISTS", keys.moving), ("TIME",)]
         return cmds
@@ -209,10 +213,9 @@ class NativeWrites:
         b.sizes.update(
             {w.key: int(next(rest)) for w in req.writes if isinstance(w, IdBucket) and w.key not in req.known}
         )
-        marks = [next(rest) for _ in req.unsealed]
-        sealed = [m for m, mark in zip(req.unsealed, marks, strict=True) if mark and _s(mark)[:1] == "s"]
-        if sealed:
-            return Sealed(frozenset(sealed))
+        marked = _marks(req, rest)
+        if marked is not None:
+            return marked
         scores = [next(rest) for _ in req.checks]
         dups = [
             fp
@@ -381,6 +384,17 @@ def trim_slack(window_s: int) -> int:
     """How long past the id window an entry may stay in its bucket (a sixtieth of the window:
     its bucket is then trimmed once in that long at most, not on each write)."""
     return window_s // 60
+
+
+def _marks(req: GuardedWrite, rest: Iterator[Any]) -> Sealed | Started | None:
+    """The periods' markers: a result sealed, a next rolling period's preparation begun."""
+    marks = [next(rest) for _ in req.unsealed]
+    sealed = [m for m, mark in zip(req.unsealed, marks, strict=True) if mark and _s(mark)[:1] == "s"]
+    if sealed:
+        return Sealed(frozenset(sealed))
+    if req.unstarted and int(next(rest)) > 0:
+        return Started()
+    return None
 
 
 def _directory(req: GuardedWrite, w: IdBucket | IndexBucket) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from typing import Any
 from unittest import mock
 
@@ -38,6 +38,7 @@ types:
   n: {windows: [total], tie_break: none}
   cap: {windows: [total, day], max_members: 5}
   capr: {windows: [total, day], max_members: 4, order: asc, score_range: [-1000, 1000000]}
+  roll: {windows: [total, last_3h]}
 hot:
   - board: g:hot
 """
@@ -56,9 +57,17 @@ def way(request: pytest.FixtureRequest) -> Iterator[str]:
 
 
 def applier(
-    client: redis.Redis, prefix: str, cells: int = 1_000_000, cap: int = 128, window_s: int = 3600
+    client: redis.Redis,
+    prefix: str,
+    cells: int = 1_000_000,
+    cap: int = 128,
+    window_s: int = 3600,
+    *,
+    now: int | None = None,
 ) -> Applier:
-    a = Applier(client, BOARDS, prefix, window_s, epoch="E", state_cells=cells)
+    """`now`: the worker's clock, fixed (rolling windows' periods and buckets follow it)."""
+    clock = {} if now is None else {"now_ms": lambda: now}
+    a = Applier(client, BOARDS, prefix, window_s, epoch="E", state_cells=cells, **clock)
     a.listpack_cap = cap
     if a.states is not None:
         a.states.native = WAYS["native"]
@@ -206,6 +215,78 @@ def test_a_write_between_the_reads_and_the_transaction_makes_redis_refuse_it(rcl
         assert _between(rclient, settings.key_prefix + "b:") == (2, 0)
 
 
+def _next_period(
+    client: redis.Redis,
+    prefix: str,
+    *,
+    race: bool = False,
+    alter: Callable[[GuardedWrite], None] | None = None,
+) -> tuple[float | None, int]:
+    """A applied an event to a board with a rolling window while its next period's preparation
+    had not begun (events leave that period to the preparer's walk), and keeps the board's state.
+    Then the preparer claims the next period (its marker): before A's next chunk (`race`: after
+    A's reads, before its transaction). From then on events write the next period too: A's next
+    event must reach it (apply.lua derives it: 2, the member's current total over the window).
+    `alter`: what becomes of A's second write (a check taken away)."""
+    a = applier(client, prefix, now=NOW)
+    board = "roll:next"
+    markers: list[str] = []
+    with altered(lambda w: markers.extend(w.unstarted)):
+        a.apply([(ev(board, "m", 1, "1"), NOW)], [Position(SRC[0], 0, None)])
+    (marker,) = set(markers)
+    real = NativeWrites._transaction
+
+    def claimed_meanwhile(self: NativeWrites, board_tx: Any) -> Any:
+        client.set(marker, "busy:preparer")
+        return real(self, board_tx)
+
+    with ExitStack() as stack:
+        if race:
+            stack.enter_context(mock.patch.object(NativeWrites, "_transaction", claimed_meanwhile))
+        else:
+            client.set(marker, "busy:preparer")
+        if alter is not None:
+            stack.enter_context(altered(alter))
+        a.apply([(ev(board, "m", 1, "2"), NOW)], [Position(SRC[0], 1, None)])
+    assert a.states is not None
+    following = marker.split(":rp:", 1)[1]
+    return score_of(client, BoardKeys(prefix, board).rank(following), "m"), a.states.stats.fallbacks
+
+
+@BOTH_TOPOLOGIES
+def test_a_next_rolling_period_being_prepared_is_written_by_apply_lua(rclient, settings, way):
+    """A next rolling period whose preparation began is written by every event (apply.lua
+    derives it); the worker kept the board while it had not begun, and the transaction checks
+    the period's marker: the chunk goes to apply.lua. Without that check the event skips the
+    next period and the preparer's walk, which already began, never adds it."""
+    if way == "script":
+        pytest.skip("guarded.lua does not write boards with rolling windows")
+    assert _next_period(rclient, settings.key_prefix + "a:") == (2, 1)
+
+    def unchecked(write: GuardedWrite) -> None:
+        write.unstarted = []
+
+    assert _next_period(rclient, settings.key_prefix + "b:", alter=unchecked)[0] is None
+
+
+@BOTH_TOPOLOGIES
+def test_a_claim_between_the_reads_and_the_transaction_makes_redis_refuse_it(rclient, settings, way):
+    """The transaction WATCHes the next period's marker: a claim that lands after the worker
+    read it absent and before EXEC makes Redis run none of the writes; the board is read again,
+    the claim found, and apply.lua writes the chunk. Without the WATCH the event misses the
+    next period."""
+    if way == "script":
+        pytest.skip("guarded.lua does not write boards with rolling windows")
+    assert _next_period(rclient, settings.key_prefix + "a:", race=True) == (2, 1)
+    real = NativeWrites._reads
+
+    def unwatched(req: GuardedWrite) -> list[Any]:
+        return [("PING",), *real(req)[1:]]
+
+    with mock.patch.object(NativeWrites, "_reads", staticmethod(unwatched)):
+        assert _next_period(rclient, settings.key_prefix + "b:", race=True)[0] is None
+
+
 def test_a_connection_dropped_between_the_round_trips_loses_no_write(rclient, settings, way):
     """A WATCH lives on its connection: one dropped after the reads must not be silently opened
     again for the MULTI/EXEC (it would run unwatched, over B's write). The chunk goes to
@@ -304,7 +385,7 @@ def test_redis_holds_what_apply_lua_leaves_through_splits_and_turns(rclient, set
     apply.lua alone, once through three workers taking turns (two deciding, one not). Same
     replies, same keys, same values."""
     rng = random.Random(seed)
-    boards = ["g:a", "g:hot", "asc:b", "r:c", "n:d", "cap:e", "capr:f"]
+    boards = ["g:a", "g:hot", "asc:b", "r:c", "n:d", "cap:e", "capr:f", "roll:g"]
     members = [f"m{i}" for i in range(60)]
     stream: list[tuple[UpdateEvent, int]] = []
     for i in range(1500):
@@ -329,15 +410,30 @@ def test_redis_holds_what_apply_lua_leaves_through_splits_and_turns(rclient, set
             ]
         return replies
 
-    lua = run(settings.key_prefix + "lua:", [applier(rclient, settings.key_prefix + "lua:", cells=0, cap=4)])
+    lua = run(
+        settings.key_prefix + "lua:",
+        [applier(rclient, settings.key_prefix + "lua:", cells=0, cap=4, now=NOW)],
+    )
     prefix = settings.key_prefix + "dec:"
     deciding = [
-        applier(rclient, prefix, cap=4),
-        applier(rclient, prefix, cap=4),
-        applier(rclient, prefix, cells=0, cap=4),
+        applier(rclient, prefix, cap=4, now=NOW),
+        applier(rclient, prefix, cap=4, now=NOW),
+        applier(rclient, prefix, cells=0, cap=4, now=NOW),
     ]
-    decided = run(prefix, deciding)
+    rolled: list[str] = []  # how the rolling board's writes ended
+    real = BoardStates._write
+
+    def write(self: BoardStates, client: Any, writes: list[GuardedWrite]) -> list[Any]:
+        replies = real(self, client, writes)
+        rolled.extend(type(r).__name__ for w, r in zip(writes, replies, strict=True) if w.unstarted)
+        return replies
+
+    with mock.patch.object(BoardStates, "_write", write):
+        decided = run(prefix, deciding)
     assert decided == lua
+    # a board with a rolling window is decided too, and written only by a transaction (which
+    # checks that its next period's preparation has not begun): through the script, apply.lua's
+    assert "Written" in rolled if way == "native" else set(rolled) == {"Started"}
     assert _dump(rclient, prefix) == _dump(rclient, settings.key_prefix + "lua:")
     stats = [a.states.stats for a in deciding[:2] if a.states is not None]
     assert sum(s.conflicts + s.stale for s in stats) > 0  # the turns made them meet changed boards
