@@ -129,9 +129,13 @@ def _cost(client: redis.Redis, type_name: str, members: Sequence[str], repeat: S
     now = int(time.time() * 1000)
     applier, source, board = _applier(client, lambda: now), Source("bench", 0, "t", -1), f"{type_name}:room1"
     client.flushall()
-    if type_name == "prep":  # the roll type once its next period is claimed: events write it too
+    if type_name in ("roll", "prep"):
+        # a board that had events before: its current period was prepared in the bucket before
         board, window = "roll:room1", BOARDS.types["roll"].window("last_7d")
-        following = window_instance("last_7d", SLOTS.shift(window, SLOTS.bucket_at(window, now), 1).id)
+        current = SLOTS.bucket_at(window, now)
+        client.set(BoardKeys(PREFIX, board).prepared(window_instance("last_7d", current.id)), "done")
+    if type_name == "prep":  # the roll type once its next period is claimed: events write it too
+        following = window_instance("last_7d", SLOTS.shift(window, current, 1).id)
         client.set(BoardKeys(PREFIX, board).prepared(following), "busy:bench")
 
     def phase(tag: str, who: Sequence[str], first: int) -> float:

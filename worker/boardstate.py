@@ -19,12 +19,12 @@ from __future__ import annotations
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, cast
 
 from common.events import Op
-from common.store.apply import BUCKET, DERIVED, ApplyReply, ApplyRequest, ForeignEpoch, Instance
+from common.store.apply import BUCKET, DELTA, DERIVED, ApplyReply, ApplyRequest, ForeignEpoch, Instance
 from common.store.encoding import TieMode, encode_member, parse_state
 from common.store.guarded import (
     Conflict,
@@ -55,6 +55,7 @@ from worker.decide import (
 _log = logging.getLogger(__name__)
 MAX_TRIES = 4  # guarded attempts of one chunk before it goes to apply.lua
 DEFAULT_MAX_CELLS = 1_000_000
+MAX_BEGUN = 100_000  # boards remembered with a next rolling period being prepared
 _NOT_DECIDED = frozenset({Op.ERASE.value, Op.RESET.value, "derive", "rebuild"})
 
 
@@ -116,6 +117,10 @@ class BoardStates:
         self._sizes: dict[str, int] = {}
         self._script = GuardedScript()
         self._natives = NativeWrites()
+        # board -> markers of its next rolling periods whose preparation began: its chunks that
+        # count in one of them go to apply.lua without reading the board (until those periods
+        # are current and the chunks name the next ones)
+        self._begun: dict[str, set[str]] = {}
 
     def drop(self, board: str) -> None:
         self._states.pop(board, None)
@@ -153,7 +158,8 @@ class BoardStates:
         """Each chunk's replies, or None for one to send to apply.lua. Raises what the reads raise
         (an infrastructure fault: the caller retries the batch; the states are dropped)."""
         out: list[ApplyReply | None] = [None] * len(reqs)
-        todo = list(range(len(reqs)))
+        todo = [i for i in range(len(reqs)) if not self._begun_in(reqs[i])]
+        self.stats.fallbacks += len(reqs) - len(todo)
         applied: dict[int, set[bytes]] = {}
         for _ in range(MAX_TRIES):
             if not todo:
@@ -200,13 +206,29 @@ class BoardStates:
             zip(natives, self._natives.run_many(client, [writes[i] for i in natives]), strict=True)
         )
         scripted = [i for i in range(len(writes)) if isinstance(out.get(i, Declined()), Declined)]
-        # guarded.lua cannot check a next rolling period's marker: such a chunk goes to apply.lua
-        out.update({i: Started() for i in scripted if writes[i].unstarted})
-        scripted = [i for i in scripted if not writes[i].unstarted]
         self.stats.natives += len(natives) - sum(isinstance(out[i], Declined) for i in natives)
         self.stats.scripted += len(scripted)
         out.update(zip(scripted, self._script.run_many(client, [writes[i] for i in scripted]), strict=True))
         return [cast("GuardReply | Exception", out[i]) for i in range(len(writes))]
+
+    def _begun_in(self, req: ApplyRequest) -> bool:
+        begun = self._begun.get(req.keys.board)
+        if not begun:
+            return False
+        if any(
+            inst.rolling is not None
+            and inst.rolling.role == DERIVED
+            and req.keys.prepared(inst.name) in begun
+            for inst in req.instances
+        ):
+            return True
+        del self._begun[req.keys.board]  # the periods it named are current now
+        return False
+
+    def _found_begun(self, board: str, markers: Iterable[str]) -> None:
+        if len(self._begun) > MAX_BEGUN:
+            self._begun.clear()
+        self._begun.setdefault(board, set()).update(markers)
 
     def _settle(
         self, board: str, decision: Decision, reply: GuardReply | Exception, applied: set[bytes]
@@ -218,6 +240,8 @@ class BoardStates:
         if isinstance(reply, Duplicates | Sealed):
             return self._learn(board, decision, reply, applied), None
         self.drop(board)
+        if isinstance(reply, Started):  # which one began is not said: each is apply.lua's for now
+            self._found_begun(board, decision.write.unstarted)
         if isinstance(reply, Conflict):
             self.stats.conflicts += 1
             return True, None
@@ -353,6 +377,8 @@ class BoardStates:
                 pipe.pexpiretime(keys.rank(name, packed))
                 first = bucket(b"", index, 0)[0]  # an index that never split has this bucket alone
                 pipe.exists(keys.rank(name, packed), overflow, index, first)  # none: an empty instance
+                if role == DELTA:
+                    pipe.get(keys.prepared(name))
             if n.metas:
                 pipe.hmget(keys.meta, n.metas)
         got = iter(pipe.execute())
@@ -370,6 +396,7 @@ class BoardStates:
             if role == DERIVED:  # being prepared: apply.lua's to write
                 if int(next(got)):
                     layouts[inst.name] = None
+                    self._found_begun(n.req.keys.board, [n.req.keys.prepared(inst.name)])
                 else:
                     unstarted.append(inst.name)
                 continue
@@ -390,9 +417,12 @@ class BoardStates:
             # an expiry that moved (retention changed): apply.lua's to handle
             moved = inst.expire_at_ms and expires > 0 and expires != inst.expire_at_ms
             empty = held == 0
+            # a rolling period the preparer has not made whole (no marker, or "busy:..."): it may
+            # still write it (rebuilds, outside the seq): apply.lua's until it is done
+            unprepared = role == DELTA and _unprepared(next(got))
             layouts[inst.name] = (
                 None
-                if foreign or moved
+                if foreign or moved or unprepared
                 else InstanceState(inst.packing, directory, inst.expire_at_ms, complete=empty)
             )
         metas = [m.decode() if m else "" for m in next(got)] if n.metas else []
@@ -431,6 +461,12 @@ class BoardStates:
         if not plan:
             return
         _read_scores(client, plan, reads.execute())
+
+
+def _unprepared(mark: bytes | None) -> bool:
+    """A rolling period's marker (keys.prepared): absent, or claimed and not yet done. Once done
+    (then sealed, sending, sent: worker/results.py) the preparer never writes the period again."""
+    return mark is None or mark.startswith(b"busy")
 
 
 def _read_scores(client: Store, plan: list[_Read], replies: list[Any]) -> None:

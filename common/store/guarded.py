@@ -33,6 +33,7 @@ G = (
     "ND",
     "NP",
     "NS",
+    "NU",
     "NG",
     "NO",
 )
@@ -107,8 +108,7 @@ class GuardedWrite:
     known: Mapping[str, int] = field(default_factory=dict)
     cutoffs: Mapping[str, int] = field(default_factory=dict)
     # the markers of next rolling periods the writes leave alone because their preparation has
-    # not begun (keys.prepared): none may exist. Only a transaction checks them: a write that
-    # names any goes no other way (BoardStates sends its chunk to apply.lua instead)
+    # not begun (keys.prepared): none may exist (else Started)
     unstarted: Sequence[str] = ()
     _keys: list[str] = field(default_factory=list)
     _positions: dict[str, int] = field(default_factory=dict)
@@ -140,6 +140,7 @@ class GuardedWrite:
             "ND": len(self.directories),
             "NP": len(self.probes),
             "NS": len(self.unsealed),
+            "NU": len(self.unstarted),
             "NG": len(self.checks),
             "NO": len(self.writes),
         }
@@ -151,6 +152,7 @@ class GuardedWrite:
         for probed, kind in self.probes:
             args += [self.position(probed), kind]
         args += [self.position(marker) for marker in self.unsealed]
+        args += [self.position(marker) for marker in self.unstarted]
         for bucket, fps in self.checks:
             args += [self.position(bucket), len(fps), *fps]
         for w in self.writes:
@@ -235,6 +237,8 @@ class GuardedScript:
             return Duplicates(frozenset(bytes(fp) for fp in reply[1:]))
         if kind == 3:
             return Sealed(frozenset(req.key_at(at) for at in reply[1:]))
+        if kind == 4:
+            return Started()
         found = reply[1]
         return Foreign(found.decode() if isinstance(found, bytes) and found else SLOT_LOST)
 

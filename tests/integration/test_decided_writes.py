@@ -21,7 +21,7 @@ from common.events import Op, UpdateEvent
 from common.store import periodmark
 from common.store.encoding import Status
 from common.store.guarded import GuardedWrite, IdBucket, IndexBucket
-from common.store.keys import BoardKeys, index_expiry
+from common.store.keys import BoardKeys, index_expiry, window_instance
 from common.store.native import EXPIRY_MARGIN_MS, MAX_BOARDS, NativeWrites
 from tests.helpers import BOTH_TOPOLOGIES, wait_for
 from worker.apply import Applier, Position, Source
@@ -126,6 +126,16 @@ def unguarded(client: Any) -> AbstractContextManager[None]:
 
 
 NOW = int(time.time() * 1000)
+HOUR = 3_600_000
+
+
+def prepared(client: Any, prefix: str, board: str, now: int = NOW) -> None:
+    """As the preparer leaves a board that had events before: its rolling periods up to the
+    current one whole (marked "done"); the next one not begun."""
+    keys = BoardKeys(prefix, board)
+    for back in range(3):
+        hour = time.strftime("%Y-%m-%dT%H", time.gmtime((now - back * HOUR) / 1000))
+        client.set(keys.prepared(window_instance("last_3h", hour)), "done")
 
 
 def _turns(client: redis.Redis, prefix: str) -> tuple[float | None, int]:
@@ -230,6 +240,7 @@ def _next_period(
     `alter`: what becomes of A's second write (a check taken away)."""
     a = applier(client, prefix, now=NOW)
     board = "roll:next"
+    prepared(client, prefix, board)
     markers: list[str] = []
     with altered(lambda w: markers.extend(w.unstarted)):
         a.apply([(ev(board, "m", 1, "1"), NOW)], [Position(SRC[0], 0, None)])
@@ -256,17 +267,45 @@ def _next_period(
 @BOTH_TOPOLOGIES
 def test_a_next_rolling_period_being_prepared_is_written_by_apply_lua(rclient, settings, way):
     """A next rolling period whose preparation began is written by every event (apply.lua
-    derives it); the worker kept the board while it had not begun, and the transaction checks
-    the period's marker: the chunk goes to apply.lua. Without that check the event skips the
-    next period and the preparer's walk, which already began, never adds it."""
-    if way == "script":
-        pytest.skip("guarded.lua does not write boards with rolling windows")
+    derives it); the worker kept the board while it had not begun, and the write (a transaction,
+    or guarded.lua) checks the period's marker: the chunk goes to apply.lua. Without that check
+    the event skips the next period and the preparer's walk, which already began, never adds it."""
     assert _next_period(rclient, settings.key_prefix + "a:") == (2, 1)
 
     def unchecked(write: GuardedWrite) -> None:
         write.unstarted = []
 
     assert _next_period(rclient, settings.key_prefix + "b:", alter=unchecked)[0] is None
+
+
+def test_a_board_whose_next_period_is_being_prepared_skips_its_reads_until_that_period_begins(
+    rclient, settings, way
+):
+    """Once the worker found a board's next rolling period being prepared, the board's chunks go
+    to apply.lua without reading the board again; an hour later that period is the current one,
+    the chunks name the next, and the worker decides them again."""
+    clock = [NOW]
+    a = Applier(rclient, BOARDS, settings.key_prefix, 3600, epoch="E", now_ms=lambda: clock[0])
+    assert a.states is not None
+    a.states.native, a.states.native_min_events = WAYS["native"], 1
+    board, stats = "roll:begun", a.states.stats
+    prepared(rclient, settings.key_prefix, board)
+    markers: list[str] = []
+    with altered(lambda w: markers.extend(w.unstarted)):
+        a.apply([(ev(board, "m", 1, "1"), NOW)], [Position(SRC[0], 0, None)])
+    rclient.set(markers[0], "busy:preparer")
+    a.apply([(ev(board, "m", 1, "2"), NOW)], [Position(SRC[0], 1, None)])  # read, found: apply.lua's
+    before = (stats.hits, stats.misses, stats.fallbacks)
+    a.apply([(ev(board, "m", 1, "3"), NOW)], [Position(SRC[0], 2, None)])
+    assert (stats.hits, stats.misses, stats.fallbacks) == (before[0], before[1], before[2] + 1)
+    following = markers[0].split(":rp:", 1)[1]
+    assert score_of(rclient, BoardKeys(settings.key_prefix, board).rank(following), "m") == 3
+    rclient.set(markers[0], "done")  # the walk ended; an hour later it is the current period
+    clock[0] += HOUR
+    written = stats.natives + stats.scripted
+    a.apply([(ev(board, "m", 1, "4"), clock[0])], [Position(SRC[0], 3, None)])
+    assert stats.natives + stats.scripted == written + 1
+    assert score_of(rclient, BoardKeys(settings.key_prefix, board).rank(following), "m") == 4
 
 
 @BOTH_TOPOLOGIES
@@ -276,7 +315,7 @@ def test_a_claim_between_the_reads_and_the_transaction_makes_redis_refuse_it(rcl
     the claim found, and apply.lua writes the chunk. Without the WATCH the event misses the
     next period."""
     if way == "script":
-        pytest.skip("guarded.lua does not write boards with rolling windows")
+        pytest.skip("a guarded.lua call reads and writes in one step: nothing lands in between")
     assert _next_period(rclient, settings.key_prefix + "a:", race=True) == (2, 1)
     real = NativeWrites._reads
 
@@ -410,6 +449,8 @@ def test_redis_holds_what_apply_lua_leaves_through_splits_and_turns(rclient, set
             ]
         return replies
 
+    for run_prefix in ("lua:", "dec:"):
+        prepared(rclient, settings.key_prefix + run_prefix, "roll:g")
     lua = run(
         settings.key_prefix + "lua:",
         [applier(rclient, settings.key_prefix + "lua:", cells=0, cap=4, now=NOW)],
@@ -431,9 +472,9 @@ def test_redis_holds_what_apply_lua_leaves_through_splits_and_turns(rclient, set
     with mock.patch.object(BoardStates, "_write", write):
         decided = run(prefix, deciding)
     assert decided == lua
-    # a board with a rolling window is decided too, and written only by a transaction (which
-    # checks that its next period's preparation has not begun): through the script, apply.lua's
-    assert "Written" in rolled if way == "native" else set(rolled) == {"Started"}
+    # a board with a rolling window is decided too (the write checks that its next period's
+    # preparation has not begun)
+    assert "Written" in rolled
     assert _dump(rclient, prefix) == _dump(rclient, settings.key_prefix + "lua:")
     stats = [a.states.stats for a in deciding[:2] if a.states is not None]
     assert sum(s.conflicts + s.stale for s in stats) > 0  # the turns made them meet changed boards

@@ -97,6 +97,8 @@ def test_two_workers_and_the_preparer_on_one_board_end_as_the_model(rclient):
     workers = [Applier(rclient, boards, prefix, 3600, now_ms=lambda: start, epoch="E") for _ in (0, 1)]
     preparer = RollingPreparer(rclient, boards, prefix, clock=lambda: start, epoch=lambda: "E", owner="t")
     keys = BoardKeys(prefix, BOARD)
+    # the board had events before: its current rolling period was prepared in the hour before
+    rclient.set(keys.prepared(f"last_3h:{_hour(start)}"), "done")
     lockstep = threading.Barrier(2)
     halfway = threading.Barrier(3)
     claimed = threading.Event()
@@ -110,17 +112,19 @@ def test_two_workers_and_the_preparer_on_one_board_end_as_the_model(rclient):
         def run() -> None:
             for n, at in enumerate(batches):
                 if n < len(batches) // 2:
-                    lockstep.wait(30)  # both workers' batches at once: each meets the other's writes
+                    lockstep.wait(60)  # both workers' batches at once: each meets the other's writes
                 elif n == len(batches) // 2:
-                    halfway.wait(30)
-                    claimed.wait(30)  # the rest races the preparer's walk
+                    halfway.wait(60)
+                    assert claimed.wait(60), (
+                        "the preparer did not claim the next period"
+                    )  # the rest races its walk
                 chunk = events[at : at + BATCH]
                 workers[p].apply(chunk, [Position(source, at + k, None) for k in range(len(chunk))])
 
         return run
 
     def prepare() -> None:
-        halfway.wait(30)
+        halfway.wait(60)
         while not finished.is_set():
             busy = preparer.step()
             if busy or rclient.exists(keys.prepared(f"last_3h:{_hour(start + HOUR)}")):
@@ -150,9 +154,9 @@ def test_two_workers_and_the_preparer_on_one_board_end_as_the_model(rclient):
     held = {m.decode(): parse_state(v) for m, v in bucket.items()}
     assert {m: (st.score, st.tie_ms) for m, st in held.items() if st is not None} == want
     stats = [w.states.stats for w in workers if w.states is not None]
-    assert sum(s.natives for s in stats) > 0  # decided and written as transactions before the claim
-    assert sum(s.fallbacks for s in stats) > 0  # apply.lua's once the next period was being prepared
-    assert sum(s.stale + s.conflicts for s in stats) > 0  # each met the other's writes
+    assert sum(s.natives for s in stats) > 0, stats  # decided and written as transactions before the claim
+    assert sum(s.fallbacks for s in stats) > 0, stats  # apply.lua's once the next period was being prepared
+    assert sum(s.stale + s.conflicts for s in stats) > 0, stats  # each met the other's writes
 
 
 def _hour(ms: int) -> str:

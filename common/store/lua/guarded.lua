@@ -9,8 +9,9 @@
 -- ARGV: the header G, then G.NF fence (field, value the worker read: '' = absent), G.ND
 --       directories (key position, length the worker read), G.NP probes (key position, 'z' or
 --       'h': a zset or hash it writes), G.NS period markers (key position: a period whose result
---       may be sealed, worker/results.py), G.NG id groups (bucket key position, count,
---       fingerprints...), then G.NO writes:
+--       may be sealed, worker/results.py), G.NU markers of next rolling periods the writes leave
+--       alone because their preparation has not begun (key position: none may exist), G.NG id
+--       groups (bucket key position, count, fingerprints...), then G.NO writes:
 --   'c' name, key position, count, arguments...   one command
 --   'i' bucket, directory, depth, prefix, count, fingerprints...
 --        the id window's bucket: its expired entries go, the fingerprints are added at Redis'
@@ -28,7 +29,8 @@
 -- leaves them alone and decides again); {0} when the seq, a fence field or a directory's length
 -- is not what the worker read (someone else wrote the board since: nothing written);
 -- {2, fingerprint...} when those ids were applied less than the id window ago (nothing
--- written); {-1, epoch} a fence of another epoch, {-1, ''} no fence and no slot mark (apply.lua's
+-- written); {4} when a next rolling period's preparation began (apply.lua writes the chunk:
+-- nothing written); {-1, epoch} a fence of another epoch, {-1, ''} no fence and no slot mark (apply.lua's
 -- answers: nothing written).
 local function key(pos) return KEYS[tonumber(pos)] end
 local fields = {'e'}
@@ -61,6 +63,10 @@ for _ = 1, tonumber(ARGV[G.NS]) do
   at = at + 1
 end
 if #sealed > 1 then return sealed end
+for _ = 1, tonumber(ARGV[G.NU]) do
+  if redis.call('EXISTS', key(ARGV[at + 1])) == 1 then return {4} end
+  at = at + 1
+end
 local window = tonumber(ARGV[G.WINDOW])
 local now = tonumber(redis.call('TIME')[1])
 local dups = {2}
