@@ -26,6 +26,8 @@ from common.store.native import EXPIRY_MARGIN_MS, MAX_BOARDS, NativeWrites
 from tests.helpers import BOTH_TOPOLOGIES, wait_for
 from worker.apply import Applier, Position, Source
 from worker.boardstate import BoardStates
+from worker.rolling import RollingPreparer
+from worker.rolling_slots import RollingSlots
 
 pytestmark = pytest.mark.integration
 
@@ -306,6 +308,38 @@ def test_a_board_whose_next_period_is_being_prepared_skips_its_reads_until_that_
     a.apply([(ev(board, "m", 1, "4"), clock[0])], [Position(SRC[0], 3, None)])
     assert stats.natives + stats.scripted == written + 1
     assert score_of(rclient, BoardKeys(settings.key_prefix, board).rank(following), "m") == 4
+
+
+def _rebuilt(client: redis.Redis, prefix: str) -> float | None:
+    """A board's current rolling period that nobody prepared (its marker absent: the preparers
+    were down): an event of the hour before sits in its bucket, not yet in the period. A worker
+    applies an event; the preparer's catch-up rebuilds the period from its buckets (outside the
+    seq); the worker applies another. The period must hold all three: 3."""
+    board, member = "roll:rebuilt", "m"
+    keys = BoardKeys(prefix, board)
+    before = applier(client, prefix, cells=0, now=NOW - HOUR)
+    before.apply([(ev(board, member, 1, "1"), NOW - HOUR)], [Position(SRC[0], 0, None)])
+    a = applier(client, prefix, now=NOW)
+    a.apply([(ev(board, member, 1, "2"), NOW)], [Position(SRC[0], 1, None)])
+    preparer = RollingPreparer(client, BOARDS, prefix, clock=lambda: NOW, epoch=lambda: "E", owner="t")
+    board_type = BOARDS.types["roll"]
+    window = board_type.window("last_3h")
+    call = preparer._rebuild_call(
+        board_type, window, RollingSlots(BOARDS.timezone).bucket_at(window, NOW - HOUR)
+    )
+    preparer._derive(keys, board_type, call, [member], hot=False, op="rebuild")
+    a.apply([(ev(board, member, 1, "3"), NOW)], [Position(SRC[0], 2, None)])
+    return score_of(client, keys.rank(call[0].name), member)
+
+
+@BOTH_TOPOLOGIES
+def test_a_rolling_period_the_preparer_has_not_made_whole_is_apply_luas(rclient, settings):
+    """The preparer may still rebuild a period it has not marked done, outside the seq: the
+    worker must not keep it (its kept state would miss the rebuild). Without that rule the
+    worker's third event is added to what it kept: the rebuild is lost."""
+    assert _rebuilt(rclient, settings.key_prefix + "a:") == 3
+    with mock.patch("worker.boardstate._unprepared", return_value=False):
+        assert _rebuilt(rclient, settings.key_prefix + "b:") == 2
 
 
 @BOTH_TOPOLOGIES
