@@ -7,7 +7,9 @@
    from them; best of two rounds; AOF on (as bench/redis_cost.py), off afterwards. Twice for the
    rolling type: before the next period's claim (3/4 of a bucket: its bucket and the current
    period) and after it (`_preparing`: the next period too); `rolling_cost_vs_calendar` weighs
-   them 3:1, as a steady stream pays them.
+   them 3:1, as a steady stream pays them. The rolling board's current period is prepared (as a
+   board with earlier events has it: the worker decides its events until the claim, apply.lua
+   after); `rolling_vs_redis_decides`: before the claim, against apply.lua deciding every event.
 2. A board of MEMBERS members, windows [day, last_72h], filled early in hour bucket A by two
    processes; in A's last quarter worker/rolling.py's RollingPreparer alone prepares period A+1.
 3. In A+1's last quarter one process applies RATE events/s (a call per TICK_MS) and one loops the
@@ -125,9 +127,14 @@ def _stall_ms(seconds: float) -> float:
 # --- 1. cost per event ------------------------------------------------------------------------
 
 
-def _cost(client: redis.Redis, type_name: str, members: Sequence[str], repeat: Sequence[str]) -> Result:
+def _cost(
+    client: redis.Redis, type_name: str, members: Sequence[str], repeat: Sequence[str], *, lua: bool = False
+) -> Result:
+    """`lua`: apply.lua decides every event (the worker keeps no state), as releases up to 0.1.0."""
     now = int(time.time() * 1000)
     applier, source, board = _applier(client, lambda: now), Source("bench", 0, "t", -1), f"{type_name}:room1"
+    if lua:
+        applier.states = None
     client.flushall()
     if type_name in ("roll", "prep"):
         # a board that had events before: its current period was prepared in the bucket before
@@ -154,11 +161,13 @@ def measure_cost(client: redis.Redis, rng: random.Random) -> Result:
     members = member_ids(n, rng)
     repeat = [members[rng.randrange(n)] for _ in range(n)]
     say(f"cost: {n} distinct then {n} repeating events, [day, week] against [day, last_7d], 2 rounds")
-    rounds = [[_cost(client, name, members, repeat) for name in ("cal", "roll", "prep")] for _ in range(2)]
+    kinds = [("cal", False), ("roll", False), ("prep", False), ("roll", True)]
+    rounds = [[_cost(client, name, members, repeat, lua=lua) for name, lua in kinds] for _ in range(2)]
     best = [
-        {ph: round(min(r[k][ph] for r in rounds), 2) for ph in ("distinct", "repeating")} for k in (0, 1, 2)
+        {ph: round(min(r[k][ph] for r in rounds), 2) for ph in ("distinct", "repeating")}
+        for k in range(len(kinds))
     ]
-    (cal, roll, prep), us = best, [sum(b.values()) / 2 for b in best]
+    (cal, roll, prep, roll_lua), us = best, [sum(b.values()) / 2 for b in best]
     client.flushall()
     return {
         "rolling_cost_vs_calendar": ratio(0.75 * us[1] + 0.25 * us[2], us[0]),
@@ -167,7 +176,16 @@ def measure_cost(client: redis.Redis, rng: random.Random) -> Result:
         "calendar_us_per_event": round(us[0], 2),
         "rolling_us_per_event": round(us[1], 2),
         "rolling_us_per_event_preparing": round(us[2], 2),
-        "cost": {"members": n, "calendar": cal, "rolling": roll, "rolling_preparing": prep},
+        # the same rolling stream before the claim with apply.lua deciding every event (0.1.0)
+        "rolling_us_per_event_redis_decides": round(us[3], 2),
+        "rolling_vs_redis_decides": ratio(us[1], us[3]),
+        "cost": {
+            "members": n,
+            "calendar": cal,
+            "rolling": roll,
+            "rolling_preparing": prep,
+            "rolling_redis_decides": roll_lua,
+        },
     }
 
 

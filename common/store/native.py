@@ -67,8 +67,9 @@ R = ("CHANGED", "MAX", "DESC")
 EXPIRY_MARGIN_MS = 60_000  # an instance expiring sooner is written by guarded.lua (see above)
 # a board's chunk of fewer events goes through guarded.lua: one call on the shared pipelined
 # connection costs Redis less than a transaction on a connection of its own (bench/redis_cost.py
-# `small_chunks`: at 1 event a board 0.47x the transaction's Redis CPU, at 5 already 1.6x)
-MIN_EVENTS = 8
+# `small_chunks`, transactions that know their buckets: at 1, 2 and 3 events a board the script
+# costs 0.5x, 0.59x and 0.69x the transaction's Redis CPU; at 5 events 1.3-2x)
+MIN_EVENTS = 5
 # at most this many boards of a round go this way, the largest chunks first (each holds a
 # connection for the round: a batch over thousands of boards must not open thousands)
 MAX_BOARDS = 64
