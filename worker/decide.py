@@ -46,6 +46,7 @@ from common.store.encoding import (
     TieMode,
     encode_member,
     format_score,
+    state_text,
 )
 from common.store.guarded import Command, GuardedWrite, IdBucket, IndexBucket, Rebalance, Write
 from common.store.keys import string_slot
@@ -471,7 +472,7 @@ def _bucket_writes(req: ApplyRequest, instance: Instance, changed: dict[str, Cel
     """apply.lua `flush_bucket` and its expiry: a rolling bucket is a hash member ->
     "<value>|<latest event ms>"."""
     key = req.keys.bucket(instance.name)
-    put = [x for m, (v, t, _) in changed.items() if v is not None for x in (m, f"{format_score(v)}|{t}")]
+    put = [x for m, (v, t, _) in changed.items() if v is not None for x in (m, state_text(v, t))]
     drop = tuple(m for m, (v, _, _) in changed.items() if v is None)
     out: list[Write] = []
     if put:

@@ -140,6 +140,11 @@ class MemberState:
     tie_ms: int
 
 
+def state_text(score: float, tie_ms: int) -> str:
+    """A member's state as a state hash (and a rolling bucket) holds it: encoding.lua ENC.state."""
+    return f"{format_score(score)}|{tie_ms}"
+
+
 def parse_state(raw: bytes | str) -> MemberState | None:
     """A state hash value (or apply.lua's reply of one); '' = absent."""
     value = text(raw)

@@ -188,8 +188,7 @@ class NativeWrites:
         cmds.append(("EXISTS", req.slot_mark or keys.fence))
         cmds.append(("GET", keys.seq))
         cmds += [("STRLEN", d) for d, _ in req.directories]
-        cmds += [("ZCARD" if kind == "z" else "HLEN", k) for k, kind in req.probes if k not in req.known]
-        cmds += [("ZCARD", w.key) for w in req.writes if isinstance(w, IdBucket) and w.key not in req.known]
+        cmds += _size_reads(req)
         cmds += [("GET", m) for m in req.unsealed]
         cmds += [("EXISTS", *req.unstarted)] if req.unstarted else []
         cmds += [("ZMSCORE", bucket, *fps) for bucket, fps in req.checks]
@@ -210,10 +209,7 @@ class NativeWrites:
             return failed
         rest = iter(got[4 + len(req.directories) :])
         b.sizes = dict(req.known)  # the buckets the worker knows are not read again
-        b.sizes.update({k: int(next(rest)) for k, _ in req.probes if k not in req.known})
-        b.sizes.update(
-            {w.key: int(next(rest)) for w in req.writes if isinstance(w, IdBucket) and w.key not in req.known}
-        )
+        b.sizes.update({str(cmd[1]): int(next(rest)) for cmd in _size_reads(req)})
         marked = _marks(req, rest)
         if marked is not None:
             return marked
@@ -293,7 +289,7 @@ class NativeWrites:
     def _ids(b: _Board, w: IdBucket, cmds: list[Cmd]) -> None:
         """An id window bucket's new fingerprints, stamped with Redis' time: guarded.lua's 'i'.
         Its entries applied a window ago or more go first, unless the worker knows there are none
-        older than TRIM_SLACK beyond the window (each id is then kept that much longer at most)."""
+        older than _trim_slack beyond the window (each id is then kept that much longer at most)."""
         window = b.req.id_window_s
         stamp = str(b.now).encode()
         live_from = b.now - window + 1
@@ -309,7 +305,7 @@ class NativeWrites:
         before = b.sizes[w.key]
         cutoff = b.req.cutoffs.get(w.key, b.now if before == 0 else None)
         counts = b.tally[w.key] = (before, [])
-        if entries is not None or cutoff is None or cutoff < live_from - trim_slack(window):
+        if entries is not None or cutoff is None or cutoff < live_from - _trim_slack(window):
             counts[1].append((len(cmds) - 1, -1))
             cmds.append(("ZREMRANGEBYSCORE", w.key, "-inf", f"({live_from}"))
             cutoff = live_from
@@ -381,10 +377,20 @@ def _guard(req: GuardedWrite, got: list[Any]) -> GuardReply | Exception | None:
     return Conflict() if changed else None
 
 
-def trim_slack(window_s: int) -> int:
+def _trim_slack(window_s: int) -> int:
     """How long past the id window an entry may stay in its bucket (a sixtieth of the window:
     its bucket is then trimmed once in that long at most, not on each write)."""
     return window_s // 60
+
+
+def _size_reads(req: GuardedWrite) -> list[Cmd]:
+    """The sizes round trip 1 reads, in _check's order (each read as the type it is written as):
+    the probed keys and the id window buckets written, but for the buckets the worker knows."""
+    cmds: list[Cmd] = [
+        ("ZCARD" if kind == "z" else "HLEN", k) for k, kind in req.probes if k not in req.known
+    ]
+    cmds += [("ZCARD", w.key) for w in req.writes if isinstance(w, IdBucket) and w.key not in req.known]
+    return cmds
 
 
 def _marks(req: GuardedWrite, rest: Iterator[Any]) -> Sealed | Started | None:
