@@ -91,7 +91,8 @@ class _Need:
 
 
 def _members(req: ApplyRequest) -> dict[str, list[str]]:
-    """Per instance, the members of the chunk's events (not failure records) in it."""
+    """Per instance, the members of the chunk's events (not failure records) in it; a next
+    rolling period's members in what it is derived from too (its source, leaving and entering)."""
     out: dict[str, dict[str, None]] = {inst.name: {} for inst in req.instances}
     names = [inst.name for inst in req.instances]
     for ev in req.events:
@@ -103,6 +104,12 @@ def _members(req: ApplyRequest) -> dict[str, list[str]]:
                 out[names[i]][ev.member] = None
             mask >>= 1
             i += 1
+    for inst in req.instances:
+        link = inst.rolling
+        if link is not None and link.role == DERIVED and out[inst.name]:
+            for dep in (link.source, link.leaving, link.entering):
+                if dep in out:
+                    out[dep].update(out[inst.name])
     return {name: list(members) for name, members in out.items()}
 
 
@@ -240,9 +247,7 @@ class BoardStates:
         if isinstance(reply, Duplicates | Sealed):
             return self._learn(board, decision, reply, applied), None
         self.drop(board)
-        if isinstance(reply, Started):  # which one began is not said: each is apply.lua's for now
-            self._found_begun(board, decision.write.unstarted)
-        if isinstance(reply, Conflict):
+        if isinstance(reply, Conflict | Started):  # Started: read again, its period is written as begun
             self.stats.conflicts += 1
             return True, None
         if isinstance(reply, Foreign):
@@ -319,10 +324,11 @@ class BoardStates:
 
     def _need(self, req: ApplyRequest) -> _Need:
         state = self._states.get(req.keys.board)
+        members = _members(req)
         if state is not None:
             self._states.move_to_end(req.keys.board)
+            state.started.intersection_update(members)  # those this chunk names: the rest are current
         need = _Need(req, state)
-        members = _members(req)
         for src in req.sources:
             for f in (src.field, src.field + "!r"):
                 if state is None or f not in state.fence:
@@ -330,7 +336,7 @@ class BoardStates:
         for instance in req.instances:
             name, wanted = instance.name, members[instance.name]
             if instance.rolling is not None and instance.rolling.role == DERIVED:
-                if state is None or name not in state.unstarted:
+                if state is None or not (name in state.unstarted or name in state.started):
                     need.instances.append(instance)  # whether its preparation began
                 continue
             inst = state.instances.get(name) if state is not None else None
@@ -391,14 +397,17 @@ class BoardStates:
         id_dir = next(got) or b""
         layouts: dict[str, InstanceState | None] = {}
         unstarted: list[str] = []
+        started: list[str] = []
         for inst in n.instances:
             role = inst.rolling.role if inst.rolling is not None else ""
-            if role == DERIVED:  # being prepared: apply.lua's to write
-                if int(next(got)):
+            if role == DERIVED:
+                if not int(next(got)):
+                    unstarted.append(inst.name)
+                elif n.req.max_members:  # being prepared, with max_members: apply.lua's to write
                     layouts[inst.name] = None
                     self._found_begun(n.req.keys.board, [n.req.keys.prepared(inst.name)])
-                else:
-                    unstarted.append(inst.name)
+                else:  # being prepared: events write it absolute (guarded.lua)
+                    started.append(inst.name)
                 continue
             if role == BUCKET:
                 held, expires = int(next(got)), int(next(got))
@@ -440,6 +449,8 @@ class BoardStates:
             state.fence[f] = value.decode() if value else ""
         state.instances.update({name: layout for name, layout in layouts.items() if layout is not None})
         state.unstarted.update(unstarted)
+        state.unstarted.difference_update(started)
+        state.started.update(started)
         state.metas.update(zip(n.metas, metas, strict=True))
         n.state = state
 

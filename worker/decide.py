@@ -8,7 +8,10 @@ events skip it (counted late), as apply.lua's do. A rolling window's bucket keep
 board over its own events and each period adds the bucket's change (apply.lua plan_bucket,
 plan_delta); its next period, prepared ahead by worker/rolling.py, is left alone while its
 preparation has not begun (BoardState.unstarted, checked again by the transaction that writes:
-common/store/native.py), and once it has, the chunk is apply.lua's (which derives it).
+common/store/native.py), and once it has (BoardState.started), each event writes the member's
+state there absolute, R[q] - B[q-N+1] + B[q+1] as apply.lua `plan_derived` computes it, through
+guarded.lua, which finds the member's entry in that period itself (the preparer's walk writes
+the period too, outside the seq; with max_members such a chunk is apply.lua's).
 `decide` is pure: it reads the board's state and returns the per-event replies apply.lua would
 have returned, the writes that make Redis agree (common/store/guarded.py), and the state after
 them, which the caller keeps once Redis took the writes. The rules are apply.lua's, in its
@@ -48,7 +51,7 @@ from common.store.encoding import (
     format_score,
     state_text,
 )
-from common.store.guarded import Command, GuardedWrite, IdBucket, IndexBucket, Rebalance, Write
+from common.store.guarded import Command, Derived, GuardedWrite, IdBucket, IndexBucket, Rebalance, Write
 from common.store.keys import string_slot
 from common.store.xhash import bucket, bytes_slot
 
@@ -96,6 +99,9 @@ class BoardState:
     # next rolling periods whose preparation had not begun when the board was read (their
     # markers absent): events leave them alone; each write checks that it still has not
     unstarted: set[str] = field(default_factory=set)
+    # next rolling periods whose preparation had begun when the board was read (their markers
+    # present): events write them absolute (guarded.lua finds their entries), as apply.lua does
+    started: set[str] = field(default_factory=set)
 
     def size(self) -> int:
         return sum(len(inst.cells) for inst in self.instances.values()) + len(self.metas) + len(self.sizes)
@@ -187,6 +193,23 @@ class _Chunk:
         self.roles = [inst.rolling.role if inst.rolling else "" for inst in req.instances]
         self.groups = [inst.rolling.group if inst.rolling else "" for inst in req.instances]
         self.rolling = any(self.roles)
+        # a next period being prepared: written absolute, from its source, leaving and entering
+        self.started = [
+            r == DERIVED and n in state.started for r, n in zip(self.roles, self.names, strict=True)
+        ]
+        if any(self.started) and req.max_members:
+            raise Undecidable("a next rolling period being prepared, with max_members")
+        at = {n: i for i, n in enumerate(self.names)}
+        self.links = [
+            (
+                at.get(inst.rolling.source, -1),
+                at.get(inst.rolling.leaving, -1),
+                at.get(inst.rolling.entering, -1),
+            )
+            if inst.rolling is not None and inst.rolling.role == DERIVED
+            else (-1, -1, -1)
+            for inst in req.instances
+        ]
         self.low, self.high = (-EXACT_MAX, EXACT_MAX) if req.score_range is None else req.score_range
         self.sources = _sources(req, state.fence)
         self.post: list[dict[str, Cell]] = [{} for _ in self.names]  # changed cells per instance
@@ -213,8 +236,12 @@ class _Chunk:
         if inst is None:  # consecutive events share their instances: computed once per mask
             inst = self.masks[ev.mask] = [i for i in range(len(self.names)) if ev.mask >> i & 1]
             for i in inst:
-                if self.roles[i] == DERIVED and self.names[i] not in self.state.unstarted:
-                    raise Undecidable(f"{self.names[i]} is being prepared")
+                if (
+                    self.roles[i] == DERIVED
+                    and not self.started[i]
+                    and self.names[i] not in self.state.unstarted
+                ):
+                    raise Undecidable(f"{self.names[i]} was not read")
         src = self.sources[ev.where // 1000 - 1] if ev.where > 0 else None
         sub = ev.where % 1000
         pos = f"{ev.offset}:{sub}"
@@ -240,11 +267,14 @@ class _Chunk:
             skipped = len(inst) - len(self._open(ev.mask, inst))
         if not self.req.want_state:
             return EventReply(status, self.seq, failed_as, (), None, (), skipped)
+        if status is not Status.APPLIED and any(self.started[i] for i in inst):
+            # apply.lua reports the period's state as Redis holds it: the walk's, unknown here
+            raise Undecidable("a state to report in a next rolling period being prepared")
         # (a sealed period reports its final state: a hot node re-publishes it)
         states = (
             tuple(
                 UNREPORTED  # a next period this event did not write: the preparer's walk publishes it
-                if self.roles[i] == DERIVED
+                if self.roles[i] == DERIVED and not self.started[i]
                 else _state(self.cell(i, ev.member))
                 for i in inst
             )
@@ -256,15 +286,20 @@ class _Chunk:
 
     def _open(self, mask: int, inst: list[int]) -> list[int]:
         """The instances the event writes, in apply.lua's order: rolling buckets first (an
-        event's delta in its window is its bucket's change), the rest; no sealed period, and no
-        next rolling period (unstarted: events leave it to the preparer's walk)."""
+        event's delta in its window is its bucket's change), the rest, then the next rolling
+        periods being prepared (which read both); no sealed period, and no next period whose
+        preparation has not begun (unstarted: events leave it to the preparer's walk)."""
         got = self.open.get(mask)
         if got is None:
-            open_ = [i for i in inst if i not in self.sealed and self.roles[i] != DERIVED]
+            open_ = [
+                i for i in inst if i not in self.sealed and (self.roles[i] != DERIVED or self.started[i])
+            ]
             if self.rolling:
-                open_ = [i for i in open_ if self.roles[i] == BUCKET] + [
-                    i for i in open_ if self.roles[i] != BUCKET
-                ]
+                open_ = (
+                    [i for i in open_ if self.roles[i] == BUCKET]
+                    + [i for i in open_ if self.roles[i] not in (BUCKET, DERIVED)]
+                    + [i for i in open_ if self.roles[i] == DERIVED]
+                )
             got = self.open[mask] = open_
         return got
 
@@ -287,7 +322,7 @@ class _Chunk:
             ]
         integral = self.req.score_range is not None
         for i, (v, _, _) in plans:
-            if v is None or self.roles[i] == DELTA:  # a rolling period's score is a sum of buckets
+            if v is None or self.roles[i] in (DELTA, DERIVED):  # a rolling period's is a sum of buckets
                 continue
             if v < self.low or v > self.high or (integral and v != math.floor(v)):
                 return Status.OUT_OF_RANGE, None
@@ -308,7 +343,8 @@ class _Chunk:
         plans: list[tuple[int, Cell]] = []
         delta: dict[str, float] = {}
         for i in order:
-            c, role = self.cell(i, ev.member), self.roles[i]
+            role = self.roles[i]
+            c = self.cell(i, ev.member) if role != DERIVED else ABSENT
             new: Cell | None
             if role == BUCKET:
                 new, delta[self.groups[i]] = _plan_bucket(self.req.desc, c, ev)
@@ -317,11 +353,39 @@ class _Chunk:
                 if change is None:
                     raise Undecidable(f"{self.names[i]} without its bucket")
                 new = _plan_delta(c, change, ev.tie_ms)
+            elif role == DERIVED:
+                new = self._plan_derived(i, ev.member, dict(plans))
             else:
                 new = _plan(self.req, c, ev, i)
             if new is not None:
                 plans.append((i, new))
         return plans
+
+    def _plan_derived(self, i: int, member: str, planned: dict[int, Cell]) -> Cell:
+        """apply.lua `plan_derived`: the member's state in a next period being prepared, R[q] -
+        B[q-N+1] + B[q+1] after this event, kept from R[q] only if its latest event there is at or
+        after the window's keep mark; absolute (ABSENT: not in it), whatever the period holds now."""
+        rolling = self.req.instances[i].rolling
+        assert rolling is not None
+
+        def view(j: int) -> Cell:
+            if j < 0:
+                return ABSENT
+            got = planned.get(j)
+            return got if got is not None else self.cell(j, member)
+
+        source, leaving, entering = self.links[i]
+        r, n = view(source), view(entering)
+        keep = r[0] is not None and r[1] >= rolling.keep_from_ms
+        if not (keep or n[0] is not None):
+            return ABSENT
+        v, t = 0.0, -1
+        if keep:
+            o = view(leaving)
+            v, t = r[0] - (o[0] if o[0] is not None else 0.0), r[1]  # type: ignore[operator]
+        if n[0] is not None:
+            v, t = v + n[0], max(t, n[1])
+        return (v, t, None)
 
     def decision(self, replies: list[EventReply]) -> Decision:
         keys, state = self.req.keys, self.state
@@ -329,6 +393,9 @@ class _Chunk:
         writes: list[Write] = [*fence_writes, *self._metas(), *self._ids()]
         committed: dict[str, dict[str, Cell]] = {}
         for i, changed in enumerate(self.post):
+            if changed and self.started[i]:  # not kept: the walk writes it too
+                writes.append(_derived_write(self.req, self.req.instances[i], changed))
+                continue
             inst = self.insts[i]
             if not changed or inst is None:
                 continue
@@ -355,6 +422,7 @@ class _Chunk:
             if isinstance(w, Command) and w.name in _PROBED
         ]
         probes += [(w.key, "h") for w in writes if isinstance(w, IndexBucket)]
+        probes += [(w.rank, "z") for w in writes if isinstance(w, Derived)]
         buckets = [w.key for w in writes if isinstance(w, IdBucket | IndexBucket)]
         probes += [(k, "z") for w in writes if isinstance(w, Rebalance) for k in (w.rank, w.overflow)]
         write = GuardedWrite(
@@ -371,7 +439,9 @@ class _Chunk:
                 if inst.sealable and inst.name not in state.sealed
             ],
             unstarted=[
-                keys.prepared(n) for n, role in zip(self.names, self.roles, strict=True) if role == DERIVED
+                keys.prepared(n)
+                for n, role, started in zip(self.names, self.roles, self.started, strict=True)
+                if role == DERIVED and not started
             ],
             checks=list(checks.items()),
             writes=writes,
@@ -482,6 +552,15 @@ def _bucket_writes(req: ApplyRequest, instance: Instance, changed: dict[str, Cel
     if instance.expire_at_ms:
         out.append(Command("PEXPIREAT", key, (instance.expire_at_ms,)))
     return out
+
+
+def _derived_write(req: ApplyRequest, instance: Instance, changed: dict[str, Cell]) -> Derived:
+    """A next period being prepared: each member's state, absolute (guarded.lua 'u')."""
+    name, keys = instance.name, req.keys
+    states = tuple((m, "" if v is None else format_score(v), t) for m, (v, t, _) in changed.items())
+    return Derived(
+        keys.rank(name, False), keys.tie_index(name), instance.expire_at_ms, req.mode.value, states
+    )
 
 
 def _redelivered(why: str | None) -> tuple[Status, str | None]:

@@ -79,7 +79,19 @@ class Rebalance(NamedTuple):
     desc: bool
 
 
-Write = Command | IdBucket | IndexBucket | Rebalance
+class Derived(NamedTuple):
+    """A next rolling period whose preparation began: its members' states, absolute (score None:
+    absent). guarded.lua finds each member's entry in the period's tie index itself: the
+    preparer's walk writes the period too, outside the seq."""
+
+    rank: str
+    directory: str  # the period's tie index
+    expire_at_ms: int  # 0 = never
+    mode: str  # TieMode's value
+    states: tuple[tuple[str, str, int], ...]  # (member, score text or '' for absent, tie ms)
+
+
+Write = Command | IdBucket | IndexBucket | Rebalance | Derived
 
 
 @dataclass
@@ -165,6 +177,9 @@ def op_args(w: Write, position: Callable[[str], int], id_directory: str) -> list
     """One write in guarded.lua's format, its keys named by `position`."""
     if isinstance(w, Command):
         return ["c", w.name, position(w.key), len(w.args), *w.args]
+    if isinstance(w, Derived):
+        head: list[ArgT] = ["u", position(w.rank), position(w.directory), w.expire_at_ms, w.mode]
+        return [*head, len(w.states), *(x for state in w.states for x in state)]
     if isinstance(w, Rebalance):
         return ["r", position(w.rank), position(w.overflow), w.changed, w.max_members, "1" if w.desc else "0"]
     if isinstance(w, IdBucket):

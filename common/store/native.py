@@ -45,6 +45,7 @@ from common.store.apply import SLOT_LOST
 from common.store.guarded import (
     Command,
     Conflict,
+    Derived,
     Duplicates,
     Foreign,
     GuardedWrite,
@@ -80,7 +81,9 @@ _FAILURES = (redis.ConnectionError, redis.TimeoutError, OSError)
 def native(write: GuardedWrite, now_ms: float, min_events: int = MIN_EVENTS) -> bool:
     """Whether `write` may go this way (else guarded.lua takes it)."""
     soon = write.expires_at_ms != 0 and write.expires_at_ms - now_ms <= EXPIRY_MARGIN_MS
-    return write.events >= min_events and not soon
+    # a next rolling period being prepared: where its members' entries are is read in the script
+    derived = any(isinstance(w, Derived) for w in write.writes)
+    return write.events >= min_events and not soon and not derived
 
 
 class Declined(NamedTuple):
@@ -272,8 +275,10 @@ class NativeWrites:
             elif isinstance(w, IdBucket):
                 ids = True
                 self._ids(b, w, cmds)
-            else:
+            elif isinstance(w, IndexBucket):
                 self._index(b, w, cmds)
+            else:  # native() declines it
+                raise TypeError(f"{type(w).__name__} is guarded.lua's to write")
         id_dir = b.dirs.get(keys.id_window)
         id_dir_len = len(id_dir) if id_dir is not None else dict(req.directories).get(keys.id_window, 0)
         if ids and id_dir_len > 0:  # the id window's directory lives one window after its last insert

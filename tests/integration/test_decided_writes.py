@@ -20,7 +20,7 @@ from common.boards import parse_boards
 from common.events import Op, UpdateEvent
 from common.store import periodmark
 from common.store.encoding import Status
-from common.store.guarded import GuardedWrite, IdBucket, IndexBucket
+from common.store.guarded import Derived, GuardedWrite, IdBucket, IndexBucket
 from common.store.keys import BoardKeys, index_expiry, window_instance
 from common.store.native import EXPIRY_MARGIN_MS, MAX_BOARDS, NativeWrites
 from tests.helpers import BOTH_TOPOLOGIES, wait_for
@@ -41,6 +41,7 @@ types:
   cap: {windows: [total, day], max_members: 5}
   capr: {windows: [total, day], max_members: 4, order: asc, score_range: [-1000, 1000000]}
   roll: {windows: [total, last_3h]}
+  rollcap: {windows: [total, last_3h], max_members: 5}
 hot:
   - board: g:hot
 """
@@ -131,13 +132,13 @@ NOW = int(time.time() * 1000)
 HOUR = 3_600_000
 
 
-def prepared(client: Any, prefix: str, board: str, now: int = NOW) -> None:
+def prepared(client: Any, prefix: str, board: str, now: int = NOW, *, begun: bool = False) -> None:
     """As the preparer leaves a board that had events before: its rolling periods up to the
-    current one whole (marked "done"); the next one not begun."""
+    current one whole (marked "done"); the next one not begun (`begun`: its walk under way)."""
     keys = BoardKeys(prefix, board)
-    for back in range(3):
+    for back in range(-1 if begun else 0, 3):
         hour = time.strftime("%Y-%m-%dT%H", time.gmtime((now - back * HOUR) / 1000))
-        client.set(keys.prepared(window_instance("last_3h", hour)), "done")
+        client.set(keys.prepared(window_instance("last_3h", hour)), "busy:preparer" if back < 0 else "done")
 
 
 def _turns(client: redis.Redis, prefix: str) -> tuple[float | None, int]:
@@ -237,9 +238,9 @@ def _next_period(
     """A applied an event to a board with a rolling window while its next period's preparation
     had not begun (events leave that period to the preparer's walk), and keeps the board's state.
     Then the preparer claims the next period (its marker): before A's next chunk (`race`: after
-    A's reads, before its transaction). From then on events write the next period too: A's next
-    event must reach it (apply.lua derives it: 2, the member's current total over the window).
-    `alter`: what becomes of A's second write (a check taken away)."""
+    A's reads, before its transaction). From then on events write the next period too, absolute:
+    A's next event must reach it (2, the member's current total over the window); A decides it
+    (no chunk goes to apply.lua). `alter`: what becomes of A's second write (a check taken away)."""
     a = applier(client, prefix, now=NOW)
     board = "roll:next"
     prepared(client, prefix, board)
@@ -267,12 +268,13 @@ def _next_period(
 
 
 @BOTH_TOPOLOGIES
-def test_a_next_rolling_period_being_prepared_is_written_by_apply_lua(rclient, settings, way):
-    """A next rolling period whose preparation began is written by every event (apply.lua
-    derives it); the worker kept the board while it had not begun, and the write (a transaction,
-    or guarded.lua) checks the period's marker: the chunk goes to apply.lua. Without that check
-    the event skips the next period and the preparer's walk, which already began, never adds it."""
-    assert _next_period(rclient, settings.key_prefix + "a:") == (2, 1)
+def test_a_next_rolling_period_being_prepared_is_written_by_every_event(rclient, settings, way):
+    """A next rolling period whose preparation began is written by every event; the worker kept
+    the board while it had not begun, and the write (a transaction, or guarded.lua) checks the
+    period's marker: refused, the board is read again, the claim found, and the worker writes
+    the period absolute through guarded.lua. Without that check the event skips the next period
+    and the preparer's walk, which already began, never adds it."""
+    assert _next_period(rclient, settings.key_prefix + "a:") == (2, 0)
 
     def unchecked(write: GuardedWrite) -> None:
         write.unstarted = []
@@ -280,17 +282,18 @@ def test_a_next_rolling_period_being_prepared_is_written_by_apply_lua(rclient, s
     assert _next_period(rclient, settings.key_prefix + "b:", alter=unchecked)[0] is None
 
 
-def test_a_board_whose_next_period_is_being_prepared_skips_its_reads_until_that_period_begins(
+def test_a_capped_board_whose_next_period_is_being_prepared_skips_its_reads_until_it_begins(
     rclient, settings, way
 ):
-    """Once the worker found a board's next rolling period being prepared, the board's chunks go
-    to apply.lua without reading the board again; an hour later that period is the current one,
-    the chunks name the next, and the worker decides them again."""
+    """With max_members, a next rolling period being prepared is apply.lua's to write: once the
+    worker found one, the board's chunks go to apply.lua without reading the board again; an
+    hour later that period is the current one, the chunks name the next, and the worker decides
+    them again."""
     clock = [NOW]
     a = Applier(rclient, BOARDS, settings.key_prefix, 3600, epoch="E", now_ms=lambda: clock[0])
     assert a.states is not None
     a.states.native, a.states.native_min_events = WAYS["native"], 1
-    board, stats = "roll:begun", a.states.stats
+    board, stats = "rollcap:begun", a.states.stats
     prepared(rclient, settings.key_prefix, board)
     markers: list[str] = []
     with altered(lambda w: markers.extend(w.unstarted)):
@@ -346,11 +349,11 @@ def test_a_rolling_period_the_preparer_has_not_made_whole_is_apply_luas(rclient,
 def test_a_claim_between_the_reads_and_the_transaction_makes_redis_refuse_it(rclient, settings, way):
     """The transaction WATCHes the next period's marker: a claim that lands after the worker
     read it absent and before EXEC makes Redis run none of the writes; the board is read again,
-    the claim found, and apply.lua writes the chunk. Without the WATCH the event misses the
-    next period."""
+    the claim found, and the worker writes the period absolute. Without the WATCH the event
+    misses the next period."""
     if way == "script":
         pytest.skip("a guarded.lua call reads and writes in one step: nothing lands in between")
-    assert _next_period(rclient, settings.key_prefix + "a:", race=True) == (2, 1)
+    assert _next_period(rclient, settings.key_prefix + "a:", race=True) == (2, 0)
     real = NativeWrites._reads
 
     def unwatched(req: GuardedWrite) -> list[Any]:
@@ -454,11 +457,11 @@ def _dump(client: Any, prefix: str) -> dict[str, Any]:
 def test_redis_holds_what_apply_lua_leaves_through_splits_and_turns(rclient, settings, seed, way):
     """A random stream over every layout (general, ascending, declared range, no tie, max_members
     in the general and the packed layout) and a hot board, ids repeated, messages redelivered,
-    small buckets (cap 4: the id window's and the tie indexes' directories split); once through
-    apply.lua alone, once through three workers taking turns (two deciding, one not). Same
-    replies, same keys, same values."""
+    small buckets (cap 4: the id window's and the tie indexes' directories split), rolling boards
+    with their next period's preparation begun or not; once through apply.lua alone, once through
+    three workers taking turns (two deciding, one not). Same replies, same keys, same values."""
     rng = random.Random(seed)
-    boards = ["g:a", "g:hot", "asc:b", "r:c", "n:d", "cap:e", "capr:f", "roll:g"]
+    boards = ["g:a", "g:hot", "asc:b", "r:c", "n:d", "cap:e", "capr:f", "roll:g", "roll:h"]
     members = [f"m{i}" for i in range(60)]
     stream: list[tuple[UpdateEvent, int]] = []
     for i in range(1500):
@@ -485,6 +488,7 @@ def test_redis_holds_what_apply_lua_leaves_through_splits_and_turns(rclient, set
 
     for run_prefix in ("lua:", "dec:"):
         prepared(rclient, settings.key_prefix + run_prefix, "roll:g")
+        prepared(rclient, settings.key_prefix + run_prefix, "roll:h", begun=True)
     lua = run(
         settings.key_prefix + "lua:",
         [applier(rclient, settings.key_prefix + "lua:", cells=0, cap=4, now=NOW)],
@@ -495,26 +499,35 @@ def test_redis_holds_what_apply_lua_leaves_through_splits_and_turns(rclient, set
         applier(rclient, prefix, cap=4, now=NOW),
         applier(rclient, prefix, cells=0, cap=4, now=NOW),
     ]
-    rolled: list[str] = []  # how the rolling board's writes ended
+    rolled: list[str] = []  # how the rolling boards' writes ended
+    derived: list[str] = []  # the same, for those writing a next period being prepared
     real = BoardStates._write
 
     def write(self: BoardStates, client: Any, writes: list[GuardedWrite]) -> list[Any]:
         replies = real(self, client, writes)
-        rolled.extend(type(r).__name__ for w, r in zip(writes, replies, strict=True) if w.unstarted)
+        for w, r in zip(writes, replies, strict=True):
+            if w.unstarted:
+                rolled.append(type(r).__name__)
+            if any(isinstance(op, Derived) for op in w.writes):
+                derived.append(type(r).__name__)
         return replies
 
     with mock.patch.object(BoardStates, "_write", write):
         decided = run(prefix, deciding)
     assert decided == lua
     # a board with a rolling window is decided too (the write checks that its next period's
-    # preparation has not begun)
+    # preparation has not begun), and so is one whose next period is being prepared
     assert "Written" in rolled
+    assert "Written" in derived
     assert _dump(rclient, prefix) == _dump(rclient, settings.key_prefix + "lua:")
     stats = [a.states.stats for a in deciding[:2] if a.states is not None]
     assert sum(s.conflicts + s.stale for s in stats) > 0  # the turns made them meet changed boards
     assert sum(s.hits for s in stats) > 0
     assert sum(s.natives if way == "native" else s.scripted for s in stats) > 0
-    assert sum(s.scripted if way == "native" else s.natives for s in stats) == 0
+    # (a next period being prepared is written through guarded.lua, which finds its entries)
+    assert sum(s.scripted if way == "native" else s.natives for s in stats) == (
+        len(derived) if way == "native" else 0
+    )
 
 
 @BOTH_TOPOLOGIES

@@ -1,6 +1,8 @@
 -- guarded.lua: runs the writes the worker decided for one board's events (worker/decide.py)
 -- if, and only if, the board is still as the worker last read it; else writes nothing.
+--! include encoding
 --! include xhash
+--! include tieindex
 --! include overflow
 --
 -- KEYS: K.SEQ, K.FENCE, K.SLOT (the slot's mark; the fence when unmarked), K.MOVING (never
@@ -21,6 +23,10 @@
 --        cap, a new bucket's expiry (tieindex.lua TI.write)
 --   'r' rank, overflow, count, max_members, '1' if descending   max_members: the best of the
 --        overflow move up (as many as the count of members just written), the excess down
+--   'u' rank, directory, expire at ('0' = never), tie mode, count, (member, score text or ''
+--        for absent, tie)...   a next rolling period whose preparation began: each member's
+--        state there, absolute (the preparer's walk writes the period too, outside the seq, so
+--        where its entry is now is read here, in its tie index, not known to the worker)
 -- Every check reads each key it writes with the type it writes (the id buckets through the id
 -- check, the directories through their length, the probes), so a key of another type in the
 -- board's place fails the call before its first write: nothing is ever half written.
@@ -126,6 +132,32 @@ for _ = 1, tonumber(ARGV[G.NO]) do
     local card = XH.settle(x, bucket, d, p, new)
     if card >= 0 then x.expire(bucket) else split[dir] = true end
     at = at + 6 + n
+  elseif op == 'u' then
+    local rank, expire_at, mode, n = key(ARGV[at + 2]), ARGV[at + 4], ARGV[at + 5], tonumber(ARGV[at + 6])
+    local t = TI.new(key(ARGV[at + 3]), cap, expire_at)
+    local members = {}
+    for j = 1, n do members[j] = ARGV[at + 4 + 3 * j] end
+    local ties = TI.ties(t, members)
+    local rem, add, put, drop = {}, {}, {}, {}
+    for j = 1, n do
+      local member, score, tie = members[j], ARGV[at + 5 + 3 * j], tonumber(ARGV[at + 6 + 3 * j])
+      local old = ties[member]
+      if old and not (score ~= '' and (mode == 'none' or old == tie)) then
+        rem[#rem + 1] = ENC.member(mode, old, member)
+      end
+      if score ~= '' then
+        add[#add + 1] = score
+        add[#add + 1] = ENC.member(mode, tie, member)
+        if old ~= tie then put[#put + 1] = {member, tie} end
+      elseif old then
+        drop[#drop + 1] = member
+      end
+    end
+    if #rem > 0 then redis.call('ZREM', rank, unpack(rem)) end
+    if #add > 0 then redis.call('ZADD', rank, unpack(add)) end
+    TI.write(t, put, drop)
+    if expire_at ~= '0' then redis.call('PEXPIREAT', rank, expire_at) end
+    at = at + 6 + 3 * n
   elseif op == 'r' then
     OV.rebalance(key(ARGV[at + 2]), key(ARGV[at + 3]), tonumber(ARGV[at + 4]), tonumber(ARGV[at + 5]), ARGV[at + 6] == '1')
     at = at + 6
