@@ -9,7 +9,7 @@ any real event is taken for a duplicate is at most n^2 / 2^81: for n = 10^9 that
 
 Memory: one id costs its fingerprint (10 B) and applied-at second (an integer score) in a
 listpack sorted set (about 18 B with the entry headers), plus its share of the bucket key (one
-key per 64-128 ids) and of the directory (one byte per bucket). Each write to a bucket first
+key per 24-48 ids) and of the directory (one byte per bucket). Each write to a bucket first
 drops what left the window, so a bucket holds live ids only. bench/memory.py measures it with
 Redis' own INFO (`redis_bytes_per_event_id`): about 21 B per id.
 """
@@ -19,10 +19,13 @@ from __future__ import annotations
 import hashlib
 
 FINGERPRINT_BYTES = 10
-# Redis' default zset-max-listpack-entries (and hash-max-listpack-entries in its shipped config):
-# an id window or tie index bucket that grows past it splits (a sorted set or hash beyond it
-# would leave the compact encoding, 3-4x the bytes per entry)
-LISTPACK_CAP = 128
+# An id window or tie index bucket that grows past it splits. Below Redis' default
+# zset-max-listpack-entries (and hash-max-listpack-entries in its shipped config), 128, so every
+# bucket stays in the compact encoding (beyond it, 3-4x the bytes per entry); 48 and not 128
+# because every insert into a listpack scans it: at 48 Redis spends ~15% less on a distinct
+# member's writes and ~25% less on a Zipf stream's than at 128, for the same bytes per entry
+# (bench/redis_cost.py at 48, 32 and 128, three runs each: 32 costs ~1% more bytes, saves no more)
+LISTPACK_CAP = 48
 
 
 def fingerprint(event_id: str) -> bytes:
