@@ -8,8 +8,8 @@
    rolling type: before the next period's claim (3/4 of a bucket: its bucket and the current
    period) and after it (`_preparing`: the next period too); `rolling_cost_vs_calendar` weighs
    them 3:1, as a steady stream pays them. The rolling board's current period is prepared (as a
-   board with earlier events has it: the worker decides its events, before the claim as
-   transactions, after it through guarded.lua, which finds the next period's entries);
+   board with earlier events has it: the worker decides its events, before the claim and
+   after it, the next period then read afresh for each call);
    `rolling_vs_redis_decides`: before the claim, against apply.lua deciding every event.
 2. A board of MEMBERS members, windows [day, last_72h], filled early in hour bucket A by two
    processes; in A's last quarter worker/rolling.py's RollingPreparer alone prepares period A+1.

@@ -328,6 +328,8 @@ class BoardStates:
         if state is not None:
             self._states.move_to_end(req.keys.board)
             state.started.intersection_update(members)  # those this chunk names: the rest are current
+            for name in state.started:  # the preparer writes them too, outside the seq: read afresh
+                state.instances.pop(name, None)
         need = _Need(req, state)
         for src in req.sources:
             for f in (src.field, src.field + "!r"):
@@ -335,10 +337,8 @@ class BoardStates:
                     need.fields.append(f)
         for instance in req.instances:
             name, wanted = instance.name, members[instance.name]
-            if instance.rolling is not None and instance.rolling.role == DERIVED:
-                if state is None or not (name in state.unstarted or name in state.started):
-                    need.instances.append(instance)  # whether its preparation began
-                continue
+            if state is not None and name in state.unstarted:
+                continue  # a next rolling period left to the preparer's walk
             inst = state.instances.get(name) if state is not None else None
             if inst is None:
                 need.instances.append(instance)
@@ -368,9 +368,8 @@ class BoardStates:
             for instance in n.instances:
                 name, packed = instance.name, instance.packing is not None
                 role = instance.rolling.role if instance.rolling is not None else ""
-                if role == DERIVED:
+                if role == DERIVED:  # whether its preparation began; then as any period
                     pipe.exists(keys.prepared(name))
-                    continue
                 if role == BUCKET:
                     pipe.exists(keys.bucket(name))
                     pipe.pexpiretime(keys.bucket(name))
@@ -400,15 +399,7 @@ class BoardStates:
         started: list[str] = []
         for inst in n.instances:
             role = inst.rolling.role if inst.rolling is not None else ""
-            if role == DERIVED:
-                if not int(next(got)):
-                    unstarted.append(inst.name)
-                elif n.req.max_members:  # being prepared, with max_members: apply.lua's to write
-                    layouts[inst.name] = None
-                    self._found_begun(n.req.keys.board, [n.req.keys.prepared(inst.name)])
-                else:  # being prepared: events write it absolute (guarded.lua)
-                    started.append(inst.name)
-                continue
+            begun = role == DERIVED and int(next(got)) > 0
             if role == BUCKET:
                 held, expires = int(next(got)), int(next(got))
                 moved = inst.expire_at_ms and expires > 0 and expires != inst.expire_at_ms
@@ -429,11 +420,21 @@ class BoardStates:
             # a rolling period the preparer has not made whole (no marker, or "busy:..."): it may
             # still write it (rebuilds, outside the seq): apply.lua's until it is done
             unprepared = role == DELTA and _unprepared(next(got))
-            layouts[inst.name] = (
+            layout = (
                 None
                 if foreign or moved or unprepared
                 else InstanceState(inst.packing, directory, inst.expire_at_ms, complete=empty)
             )
+            if role == DERIVED:
+                if not begun:  # left to the preparer's walk: nothing of it is needed
+                    unstarted.append(inst.name)
+                    continue
+                if n.req.max_members:  # being prepared, with max_members: apply.lua's to write
+                    layout = None
+                    self._found_begun(n.req.keys.board, [n.req.keys.prepared(inst.name)])
+                elif layout is not None:  # being prepared: read afresh for each chunk
+                    started.append(inst.name)
+            layouts[inst.name] = layout
         metas = [m.decode() if m else "" for m in next(got)] if n.metas else []
         if n.state is not None and n.seq != n.state.seq:
             return  # stale: dropped and read afresh by the caller
@@ -464,7 +465,9 @@ class BoardStates:
             if n.state is None:
                 continue
             for name, members in n.members.items():
-                inst = n.state.instances[name]
+                inst = n.state.instances.get(name)
+                if inst is None:  # a next rolling period whose preparation has not begun
+                    continue
                 if inst.complete:
                     inst.cells.update(dict.fromkeys(members, ABSENT))
                 else:

@@ -9,9 +9,10 @@ board over its own events and each period adds the bucket's change (apply.lua pl
 plan_delta); its next period, prepared ahead by worker/rolling.py, is left alone while its
 preparation has not begun (BoardState.unstarted, checked again by the transaction that writes:
 common/store/native.py), and once it has (BoardState.started), each event writes the member's
-state there absolute, R[q] - B[q-N+1] + B[q+1] as apply.lua `plan_derived` computes it, through
-guarded.lua, which finds the member's entry in that period itself (the preparer's walk writes
-the period too, outside the seq; with max_members such a chunk is apply.lua's).
+state there, R[q] - B[q-N+1] + B[q+1] as apply.lua `plan_derived` computes it. The preparer's
+walk writes that period too, outside the seq: it is read afresh for each chunk, never kept, and
+the write checks that what it read of it still holds (GuardedWrite `unchanged`: its tie index's
+directory and the ties of the members written). With max_members such a chunk is apply.lua's.
 `decide` is pure: it reads the board's state and returns the per-event replies apply.lua would
 have returned, the writes that make Redis agree (common/store/guarded.py), and the state after
 them, which the caller keeps once Redis took the writes. The rules are apply.lua's, in its
@@ -51,7 +52,7 @@ from common.store.encoding import (
     format_score,
     state_text,
 )
-from common.store.guarded import Command, Derived, GuardedWrite, IdBucket, IndexBucket, Rebalance, Write
+from common.store.guarded import Command, GuardedWrite, IdBucket, IndexBucket, Rebalance, Write
 from common.store.keys import string_slot
 from common.store.xhash import bucket, bytes_slot
 
@@ -100,7 +101,7 @@ class BoardState:
     # markers absent): events leave them alone; each write checks that it still has not
     unstarted: set[str] = field(default_factory=set)
     # next rolling periods whose preparation had begun when the board was read (their markers
-    # present): events write them absolute (guarded.lua finds their entries), as apply.lua does
+    # present): events write them too, as apply.lua does; read afresh for each chunk
     started: set[str] = field(default_factory=set)
 
     def size(self) -> int:
@@ -343,8 +344,7 @@ class _Chunk:
         plans: list[tuple[int, Cell]] = []
         delta: dict[str, float] = {}
         for i in order:
-            role = self.roles[i]
-            c = self.cell(i, ev.member) if role != DERIVED else ABSENT
+            c, role = self.cell(i, ev.member), self.roles[i]
             new: Cell | None
             if role == BUCKET:
                 new, delta[self.groups[i]] = _plan_bucket(self.req.desc, c, ev)
@@ -354,17 +354,17 @@ class _Chunk:
                     raise Undecidable(f"{self.names[i]} without its bucket")
                 new = _plan_delta(c, change, ev.tie_ms)
             elif role == DERIVED:
-                new = self._plan_derived(i, ev.member, dict(plans))
+                new = self._plan_derived(i, ev.member, c, dict(plans))
             else:
                 new = _plan(self.req, c, ev, i)
             if new is not None:
                 plans.append((i, new))
         return plans
 
-    def _plan_derived(self, i: int, member: str, planned: dict[int, Cell]) -> Cell:
-        """apply.lua `plan_derived`: the member's state in a next period being prepared, R[q] -
-        B[q-N+1] + B[q+1] after this event, kept from R[q] only if its latest event there is at or
-        after the window's keep mark; absolute (ABSENT: not in it), whatever the period holds now."""
+    def _plan_derived(self, i: int, member: str, c: Cell, planned: dict[int, Cell]) -> Cell | None:
+        """apply.lua `plan_derived`: the member's state in a next period being prepared (`c`, as
+        read for this chunk), R[q] - B[q-N+1] + B[q+1] after this event, kept from R[q] only if
+        its latest event there is at or after the window's keep mark; None if unchanged."""
         rolling = self.req.instances[i].rolling
         assert rolling is not None
 
@@ -378,14 +378,16 @@ class _Chunk:
         r, n = view(source), view(entering)
         keep = r[0] is not None and r[1] >= rolling.keep_from_ms
         if not (keep or n[0] is not None):
-            return ABSENT
+            return None if c[0] is None else (None, 0, c[2])
         v, t = 0.0, -1
         if keep:
             o = view(leaving)
             v, t = r[0] - (o[0] if o[0] is not None else 0.0), r[1]  # type: ignore[operator]
         if n[0] is not None:
             v, t = v + n[0], max(t, n[1])
-        return (v, t, None)
+        if c[0] is not None and v == c[0] and t == c[1]:
+            return None
+        return (v, t, c[2])
 
     def decision(self, replies: list[EventReply]) -> Decision:
         keys, state = self.req.keys, self.state
@@ -393,9 +395,6 @@ class _Chunk:
         writes: list[Write] = [*fence_writes, *self._metas(), *self._ids()]
         committed: dict[str, dict[str, Cell]] = {}
         for i, changed in enumerate(self.post):
-            if changed and self.started[i]:  # not kept: the walk writes it too
-                writes.append(_derived_write(self.req, self.req.instances[i], changed))
-                continue
             inst = self.insts[i]
             if not changed or inst is None:
                 continue
@@ -422,8 +421,14 @@ class _Chunk:
             if isinstance(w, Command) and w.name in _PROBED
         ]
         probes += [(w.key, "h") for w in writes if isinstance(w, IndexBucket)]
-        probes += [(w.rank, "z") for w in writes if isinstance(w, Derived)]
-        buckets = [w.key for w in writes if isinstance(w, IdBucket | IndexBucket)]
+        # what the board's transactions left in its buckets (not in a next period being
+        # prepared: the preparer's walk adds to its tie index too)
+        walked = {keys.tie_index(n) for n, started in zip(self.names, self.started, strict=True) if started}
+        buckets = [
+            w.key
+            for w in writes
+            if isinstance(w, IdBucket) or (isinstance(w, IndexBucket) and w.directory not in walked)
+        ]
         probes += [(k, "z") for w in writes if isinstance(w, Rebalance) for k in (w.rank, w.overflow)]
         write = GuardedWrite(
             keys=keys,
@@ -444,6 +449,7 @@ class _Chunk:
                 if role == DERIVED and not started
             ],
             checks=list(checks.items()),
+            unchanged=self._unchanged(),
             writes=writes,
             new_seq=self.seq if changed_seq else None,
             notify=f"{state.seq} {self.seq} {keys.board}" if changed_seq else "",
@@ -462,6 +468,22 @@ class _Chunk:
             cutoffs={k: state.cutoffs[k] for k in buckets if k in state.cutoffs},
         )
         return Decision(replies, write, committed, self.metas, new_fence, self.seq)
+
+    def _unchanged(self) -> list[tuple[str, str, bytes]]:
+        """What the writes assume of each next period being prepared, as read for this chunk:
+        its tie index's directory and the ties of the members written (the preparer's walk
+        writes the period too, outside the seq)."""
+        out: list[tuple[str, str, bytes]] = []
+        for i, changed in enumerate(self.post):
+            inst = self.insts[i]
+            if not (changed and self.started[i]) or inst is None:
+                continue
+            index = self.req.keys.tie_index(self.names[i])
+            out.append((index, "", inst.directory))
+            for member, (_, _, rtie) in changed.items():
+                key = bucket(inst.directory, index, string_slot(member))[0]
+                out.append((key, member, b"" if rtie is None else str(rtie).encode()))
+        return out
 
     def _fence(self) -> tuple[list[Write], dict[str, str]]:
         """The fence's new positions and rejections (apply.lua's format), and its epoch if new."""
@@ -552,15 +574,6 @@ def _bucket_writes(req: ApplyRequest, instance: Instance, changed: dict[str, Cel
     if instance.expire_at_ms:
         out.append(Command("PEXPIREAT", key, (instance.expire_at_ms,)))
     return out
-
-
-def _derived_write(req: ApplyRequest, instance: Instance, changed: dict[str, Cell]) -> Derived:
-    """A next period being prepared: each member's state, absolute (guarded.lua 'u')."""
-    name, keys = instance.name, req.keys
-    states = tuple((m, "" if v is None else format_score(v), t) for m, (v, t, _) in changed.items())
-    return Derived(
-        keys.rank(name, False), keys.tie_index(name), instance.expire_at_ms, req.mode.value, states
-    )
 
 
 def _redelivered(why: str | None) -> tuple[Status, str | None]:

@@ -31,6 +31,7 @@ G = (
     "CAP",
     "NF",
     "ND",
+    "NX",
     "NP",
     "NS",
     "NU",
@@ -79,19 +80,7 @@ class Rebalance(NamedTuple):
     desc: bool
 
 
-class Derived(NamedTuple):
-    """A next rolling period whose preparation began: its members' states, absolute (score None:
-    absent). guarded.lua finds each member's entry in the period's tie index itself: the
-    preparer's walk writes the period too, outside the seq."""
-
-    rank: str
-    directory: str  # the period's tie index
-    expire_at_ms: int  # 0 = never
-    mode: str  # TieMode's value
-    states: tuple[tuple[str, str, int], ...]  # (member, score text or '' for absent, tie ms)
-
-
-Write = Command | IdBucket | IndexBucket | Rebalance | Derived
+Write = Command | IdBucket | IndexBucket | Rebalance
 
 
 @dataclass
@@ -122,6 +111,11 @@ class GuardedWrite:
     # the markers of next rolling periods the writes leave alone because their preparation has
     # not begun (keys.prepared): none may exist (else Started)
     unstarted: Sequence[str] = ()
+    # values that must be as the worker read them (key, hash field or '' for the key's own value,
+    # the value or b'' for none): what it read of a next rolling period being prepared (its tie
+    # index's directory and the ties of the members it writes), which the preparer writes
+    # outside the seq
+    unchanged: Sequence[tuple[str, str, bytes]] = ()
     _keys: list[str] = field(default_factory=list)
     _positions: dict[str, int] = field(default_factory=dict)
 
@@ -150,6 +144,7 @@ class GuardedWrite:
             "CAP": self.listpack_cap,
             "NF": len(self.fence),
             "ND": len(self.directories),
+            "NX": len(self.unchanged),
             "NP": len(self.probes),
             "NS": len(self.unsealed),
             "NU": len(self.unstarted),
@@ -161,6 +156,8 @@ class GuardedWrite:
             args += [name, value]
         for directory, length in self.directories:
             args += [self.position(directory), length]
+        for k, f, held in self.unchanged:
+            args += [self.position(k), f, held]
         for probed, kind in self.probes:
             args += [self.position(probed), kind]
         args += [self.position(marker) for marker in self.unsealed]
@@ -177,9 +174,6 @@ def op_args(w: Write, position: Callable[[str], int], id_directory: str) -> list
     """One write in guarded.lua's format, its keys named by `position`."""
     if isinstance(w, Command):
         return ["c", w.name, position(w.key), len(w.args), *w.args]
-    if isinstance(w, Derived):
-        head: list[ArgT] = ["u", position(w.rank), position(w.directory), w.expire_at_ms, w.mode]
-        return [*head, len(w.states), *(x for state in w.states for x in state)]
     if isinstance(w, Rebalance):
         return ["r", position(w.rank), position(w.overflow), w.changed, w.max_members, "1" if w.desc else "0"]
     if isinstance(w, IdBucket):

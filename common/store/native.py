@@ -45,7 +45,6 @@ from common.store.apply import SLOT_LOST
 from common.store.guarded import (
     Command,
     Conflict,
-    Derived,
     Duplicates,
     Foreign,
     GuardedWrite,
@@ -81,9 +80,7 @@ _FAILURES = (redis.ConnectionError, redis.TimeoutError, OSError)
 def native(write: GuardedWrite, now_ms: float, min_events: int = MIN_EVENTS) -> bool:
     """Whether `write` may go this way (else guarded.lua takes it)."""
     soon = write.expires_at_ms != 0 and write.expires_at_ms - now_ms <= EXPIRY_MARGIN_MS
-    # a next rolling period being prepared: where its members' entries are is read in the script
-    derived = any(isinstance(w, Derived) for w in write.writes)
-    return write.events >= min_events and not soon and not derived
+    return write.events >= min_events and not soon
 
 
 class Declined(NamedTuple):
@@ -185,12 +182,14 @@ class NativeWrites:
     def _reads(req: GuardedWrite) -> list[Cmd]:
         keys = req.keys
         watched = [keys.seq, keys.fence, *(d for d, _ in req.directories), *req.unsealed, *req.unstarted]
+        watched += [k for k, _, _ in req.unchanged]
         watched += [req.slot_mark] if req.slot_mark else []
         cmds: list[Cmd] = [("WATCH", *dict.fromkeys(watched))]
         cmds.append(("HMGET", keys.fence, "e", *(f for f, _ in req.fence)))
         cmds.append(("EXISTS", req.slot_mark or keys.fence))
         cmds.append(("GET", keys.seq))
         cmds += [("STRLEN", d) for d, _ in req.directories]
+        cmds += [("HGET", k, f) if f else ("GET", k) for k, f, _ in req.unchanged]
         cmds += _size_reads(req)
         cmds += [("GET", m) for m in req.unsealed]
         cmds += [("EXISTS", *req.unstarted)] if req.unstarted else []
@@ -210,7 +209,7 @@ class NativeWrites:
         failed = next((r for r in got if isinstance(r, Exception)), None)
         if failed is not None:  # a key of another type where the board writes (or a redirect)
             return failed
-        rest = iter(got[4 + len(req.directories) :])
+        rest = iter(got[4 + len(req.directories) + len(req.unchanged) :])
         b.sizes = dict(req.known)  # the buckets the worker knows are not read again
         b.sizes.update({str(cmd[1]): int(next(rest)) for cmd in _size_reads(req)})
         marked = _marks(req, rest)
@@ -275,10 +274,8 @@ class NativeWrites:
             elif isinstance(w, IdBucket):
                 ids = True
                 self._ids(b, w, cmds)
-            elif isinstance(w, IndexBucket):
+            else:
                 self._index(b, w, cmds)
-            else:  # native() declines it
-                raise TypeError(f"{type(w).__name__} is guarded.lua's to write")
         id_dir = b.dirs.get(keys.id_window)
         id_dir_len = len(id_dir) if id_dir is not None else dict(req.directories).get(keys.id_window, 0)
         if ids and id_dir_len > 0:  # the id window's directory lives one window after its last insert
@@ -363,10 +360,12 @@ class NativeWrites:
 
 
 def _guard(req: GuardedWrite, got: list[Any]) -> GuardReply | Exception | None:
-    """The board is the one the worker read: its epoch, slot mark, seq, fence and directories."""
+    """The board is the one the worker read: its epoch, slot mark, seq, fence, directories and
+    the values it read of a next rolling period being prepared."""
     stored, marked, seq = got[1], got[2], got[3]
     lengths = got[4 : 4 + len(req.directories)]
-    failed = next((r for r in (stored, marked, seq, *lengths) if isinstance(r, Exception)), None)
+    values = got[4 + len(req.directories) : 4 + len(req.directories) + len(req.unchanged)]
+    failed = next((r for r in (stored, marked, seq, *lengths, *values) if isinstance(r, Exception)), None)
     if failed is not None:
         return failed
     epoch = stored[0]
@@ -378,6 +377,7 @@ def _guard(req: GuardedWrite, got: list[Any]) -> GuardReply | Exception | None:
         _s(seq or b"0") != str(req.expect_seq)
         or any(_s(found or b"") != value for (_, value), found in zip(req.fence, stored[1:], strict=True))
         or any(int(found) != length for (_, length), found in zip(req.directories, lengths, strict=True))
+        or any((found or b"") != value for (_, _, value), found in zip(req.unchanged, values, strict=True))
     )
     return Conflict() if changed else None
 

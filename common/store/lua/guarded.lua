@@ -1,15 +1,16 @@
 -- guarded.lua: runs the writes the worker decided for one board's events (worker/decide.py)
 -- if, and only if, the board is still as the worker last read it; else writes nothing.
---! include encoding
 --! include xhash
---! include tieindex
 --! include overflow
 --
 -- KEYS: K.SEQ, K.FENCE, K.SLOT (the slot's mark; the fence when unmarked), K.MOVING (never
 --       written: a call during a slot migration is refused on both sides, as apply.lua's is),
 --       then the keys the checks and the write list name by position.
 -- ARGV: the header G, then G.NF fence (field, value the worker read: '' = absent), G.ND
---       directories (key position, length the worker read), G.NP probes (key position, 'z' or
+--       directories (key position, length the worker read), G.NX values that must be as the
+--       worker read them (key position, hash field or '' for the key's own value, the value or
+--       '' for none: a next rolling period's tie index, which its preparer writes outside the
+--       seq), G.NP probes (key position, 'z' or
 --       'h': a zset or hash it writes), G.NS period markers (key position: a period whose result
 --       may be sealed, worker/results.py), G.NU markers of next rolling periods the writes leave
 --       alone because their preparation has not begun (key position: none may exist), G.NG id
@@ -23,17 +24,13 @@
 --        cap, a new bucket's expiry (tieindex.lua TI.write)
 --   'r' rank, overflow, count, max_members, '1' if descending   max_members: the best of the
 --        overflow move up (as many as the count of members just written), the excess down
---   'u' rank, directory, expire at ('0' = never), tie mode, count, (member, score text or ''
---        for absent, tie)...   a next rolling period whose preparation began: each member's
---        state there, absolute (the preparer's walk writes the period too, outside the seq, so
---        where its entry is now is read here, in its tie index, not known to the worker)
 -- Every check reads each key it writes with the type it writes (the id buckets through the id
 -- check, the directories through their length, the probes), so a key of another type in the
 -- board's place fails the call before its first write: nothing is ever half written.
 -- Returns {1, (directory position, its value)...} once written, with every directory a split
 -- changed; {3, marker position...} when those periods' results are sealed (final: the worker
 -- leaves them alone and decides again); {0} when the seq, a fence field or a directory's length
--- is not what the worker read (someone else wrote the board since: nothing written);
+-- or a value is not what the worker read (someone else wrote the board since: nothing written);
 -- {2, fingerprint...} when those ids were applied less than the id window ago (nothing
 -- written); {4} when a next rolling period's preparation began (apply.lua writes the chunk:
 -- nothing written); {-1, epoch} a fence of another epoch, {-1, ''} no fence and no slot mark (apply.lua's
@@ -56,6 +53,13 @@ at = at + 2 * tonumber(ARGV[G.NF])
 for _ = 1, tonumber(ARGV[G.ND]) do
   if redis.call('STRLEN', key(ARGV[at + 1])) ~= tonumber(ARGV[at + 2]) then return {0} end
   at = at + 2
+end
+for _ = 1, tonumber(ARGV[G.NX]) do
+  local k, f = key(ARGV[at + 1]), ARGV[at + 2]
+  local got
+  if f == '' then got = redis.call('GET', k) else got = redis.call('HGET', k, f) end
+  if (got or '') ~= ARGV[at + 3] then return {0} end
+  at = at + 3
 end
 local held = {}  -- key position -> entries before the writes (a tie index bucket's size)
 for _ = 1, tonumber(ARGV[G.NP]) do
@@ -132,32 +136,6 @@ for _ = 1, tonumber(ARGV[G.NO]) do
     local card = XH.settle(x, bucket, d, p, new)
     if card >= 0 then x.expire(bucket) else split[dir] = true end
     at = at + 6 + n
-  elseif op == 'u' then
-    local rank, expire_at, mode, n = key(ARGV[at + 2]), ARGV[at + 4], ARGV[at + 5], tonumber(ARGV[at + 6])
-    local t = TI.new(key(ARGV[at + 3]), cap, expire_at)
-    local members = {}
-    for j = 1, n do members[j] = ARGV[at + 4 + 3 * j] end
-    local ties = TI.ties(t, members)
-    local rem, add, put, drop = {}, {}, {}, {}
-    for j = 1, n do
-      local member, score, tie = members[j], ARGV[at + 5 + 3 * j], tonumber(ARGV[at + 6 + 3 * j])
-      local old = ties[member]
-      if old and not (score ~= '' and (mode == 'none' or old == tie)) then
-        rem[#rem + 1] = ENC.member(mode, old, member)
-      end
-      if score ~= '' then
-        add[#add + 1] = score
-        add[#add + 1] = ENC.member(mode, tie, member)
-        if old ~= tie then put[#put + 1] = {member, tie} end
-      elseif old then
-        drop[#drop + 1] = member
-      end
-    end
-    if #rem > 0 then redis.call('ZREM', rank, unpack(rem)) end
-    if #add > 0 then redis.call('ZADD', rank, unpack(add)) end
-    TI.write(t, put, drop)
-    if expire_at ~= '0' then redis.call('PEXPIREAT', rank, expire_at) end
-    at = at + 6 + 3 * n
   elseif op == 'r' then
     OV.rebalance(key(ARGV[at + 2]), key(ARGV[at + 3]), tonumber(ARGV[at + 4]), tonumber(ARGV[at + 5]), ARGV[at + 6] == '1')
     at = at + 6
