@@ -50,9 +50,15 @@ from worker.rolling_slots import RollingSlots, results_of, unit_window
 _log = logging.getLogger(__name__)
 MAX_EVENTS_PER_CALL = 500  # bounds the time one script blocks Redis
 # A board with rolling windows writes more instances per event, on boards that grow to millions:
-# its calls hold at most this many (event, instance) counts, ~0.5-0.9 ms of Redis on a
+# its apply.lua calls hold at most this many (event, instance) counts, ~0.5-0.9 ms of Redis on a
 # million-member board (README "Rolling windows"), so no call blocks Redis for a millisecond
 ROLLING_COUNTS_PER_CALL = 48
+# ... and the chunks the worker decides at most this many: a transaction's commands cost Redis a
+# fraction of the script's per count, and each chunk costs round trips and a transaction's own
+# commands (at 48 counts a chunk, Redis spent ~17 us more a rolling event than at 480: bench
+# rolling's cost workload, 30k members). A chunk that goes to apply.lua after all is cut into
+# calls of ROLLING_COUNTS_PER_CALL (Applier._pieces).
+DECIDED_ROLLING_COUNTS_PER_CALL = 192
 # the window mask is a Lua double: 53 exact bits (control ops excepted; common/windows.py)
 MAX_INSTANCES_PER_CALL = WINDOW_INSTANCES_PER_CALL
 
@@ -186,6 +192,7 @@ class _Chunk:
     # an erase or reset: alone in its call, which holds every instance it touches (more than
     # MAX_INSTANCES_PER_CALL may be: apply.lua ignores a control op's mask)
     control: bool = False
+    rolling_counts: int = ROLLING_COUNTS_PER_CALL  # at most, on a board with rolling windows
     instances: dict[str, tuple[int, Instance]] = field(default_factory=dict)  # name -> (bit, instance)
     events: list[_Entry] = field(default_factory=list)
     counts: int = 0  # (event, instance) pairs: the instances each event counts in, summed
@@ -197,7 +204,7 @@ class _Chunk:
     def fits(self, pairs: list[Instance], control: bool = False, deps: Sequence[Instance] = ()) -> bool:
         if self.control or control or len(self.events) >= MAX_EVENTS_PER_CALL:
             return False
-        if self.board_type.rolling and self.events and self.counts + len(pairs) > ROLLING_COUNTS_PER_CALL:
+        if self.board_type.rolling and self.events and self.counts + len(pairs) > self.rolling_counts:
             return False
         if id(pairs) in self._masks:
             return True
@@ -434,6 +441,7 @@ class Applier:
         chunks: list[_Chunk] = []
         memo = _Memo()
         dues: dict[str, tuple[BoardType, set[tuple[str, str, Period]]]] = {}
+        rolling_counts = ROLLING_COUNTS_PER_CALL if self.states is None else DECIDED_ROLLING_COUNTS_PER_CALL
         for (event, ts), position in zip(events, positions, strict=True):
             deps: tuple[Instance, ...] = ()
             wide = False
@@ -466,7 +474,7 @@ class Applier:
             alone = control or wide
             chunk = open_chunks.get(event.board)
             if chunk is None or not chunk.fits(pairs, alone, deps):
-                chunk = _Chunk(event.board, board_type, control=alone)
+                chunk = _Chunk(event.board, board_type, control=alone, rolling_counts=rolling_counts)
                 open_chunks[event.board] = chunk
                 chunks.append(chunk)
             chunk.add(event, ts, pairs, late, position, closed=closed, deps=deps, wide=wide)
@@ -541,39 +549,66 @@ class Applier:
         for round_ in _rounds(self._chunks(events, positions, failures)):
             wants = [bool(self._boards.hot_windows(chunk.board)) for chunk in round_]
             requests = [self._request(c, w) for c, w in zip(round_, wants, strict=True)]
-            results = self._run(requests)
-            for chunk, want, reply in zip(round_, wants, results, strict=True):
-                try:
-                    outcomes += _decode(chunk, want, reply, self.epoch)
-                except Exception as exc:
-                    if is_infrastructure(exc):
-                        raise
-                    # apply.lua writes nothing before its last decision, so a failed call left
-                    # no trace: re-apply its events one by one, in order, to find the bad ones
-                    outcomes += self._narrow(chunk, want, failures)
+            decided = self._decided(requests)
+            got: list[list[Outcome]] = [[] for _ in round_]
+            # what the worker did not decide goes to apply.lua, in calls it may take
+            rest = [k for k, reply in enumerate(decided) if reply is None]
+            pieces = {k: self._pieces(round_[k], requests[k], wants[k]) for k in rest}
+            for j in range(max((len(p) for p in pieces.values()), default=0)):
+                batch = [(k, p[j]) for k, p in pieces.items() if j < len(p)]
+                replies = self._script.run_many(self._client, [req for _, (_, req) in batch])
+                for (k, (piece, _)), reply in zip(batch, replies, strict=True):
+                    got[k] += self._outcomes(piece, wants[k], reply, failures)
+            for k, done in enumerate(decided):
+                if done is not None:
+                    got[k] = self._outcomes(round_[k], wants[k], done, failures)
+            for chunk_outcomes in got:
+                outcomes += chunk_outcomes
         return outcomes, failures
 
-    def _run(self, requests: list[ApplyRequest]) -> list[ApplyReply | Exception]:
-        """Chunks the worker can decide go the guarded way (worker/boardstate.py); the rest, and
-        any it sends back, to apply.lua, all of them in one round trip."""
+    def _outcomes(
+        self, chunk: _Chunk, want: bool, reply: ApplyReply | Exception, failures: list[Failure]
+    ) -> list[Outcome]:
+        try:
+            return _decode(chunk, want, reply, self.epoch)
+        except Exception as exc:
+            if is_infrastructure(exc):
+                raise
+            # apply.lua writes nothing before its last decision, so a failed call left no
+            # trace: re-apply its events one by one, in order, to find the bad ones
+            return self._narrow(chunk, want, failures)
+
+    def _decided(self, requests: list[ApplyRequest]) -> list[ApplyReply | Exception | None]:
+        """The replies of the chunks the worker decided (worker/boardstate.py); None for the rest
+        (apply.lua's: what the worker kept of their boards is stale then)."""
         results: list[ApplyReply | Exception | None] = [None] * len(requests)
         states = self.states
-        if states is not None:
-            chosen = [i for i, req in enumerate(requests) if decidable(req)]
-            for i, reply in zip(
-                chosen, states.apply(self._client, [requests[i] for i in chosen]), strict=True
-            ):
-                results[i] = reply
-        rest = [i for i, got in enumerate(results) if got is None]
-        if rest:
-            if states is not None:
-                for i in rest:  # apply.lua changes the board: what the worker kept of it is stale
-                    states.drop(requests[i].keys.board)
-            for i, got in zip(
-                rest, self._script.run_many(self._client, [requests[i] for i in rest]), strict=True
-            ):
-                results[i] = got
-        return [got for got in results if got is not None]
+        if states is None:
+            return results
+        chosen = [i for i, req in enumerate(requests) if decidable(req)]
+        for i, reply in zip(chosen, states.apply(self._client, [requests[i] for i in chosen]), strict=True):
+            results[i] = reply
+        for i, got in enumerate(results):
+            if got is None:
+                states.drop(requests[i].keys.board)
+        return results
+
+    def _pieces(self, chunk: _Chunk, request: ApplyRequest, want: bool) -> list[tuple[_Chunk, ApplyRequest]]:
+        """A chunk in apply.lua's calls: itself, or a rolling board's chunk that holds more than
+        an apply.lua call may, cut into calls of at most ROLLING_COUNTS_PER_CALL, in order."""
+        if chunk.control or chunk.counts <= ROLLING_COUNTS_PER_CALL or not chunk.board_type.rolling:
+            return [(chunk, request)]
+        out: list[_Chunk] = []
+        for entry in chunk.events:
+            pairs = [chunk.instances[n][1] for n in entry.names]
+            deps = [chunk.instances[n][1] for n in _derived_inputs(pairs) if n in chunk.instances]
+            if not out or not out[-1].fits(pairs, entry.wide, deps):
+                out.append(_Chunk(chunk.board, chunk.board_type, control=chunk.control))
+            out[-1].add(
+                entry.event, entry.ts, pairs, entry.late, entry.position, closed=entry.closed, deps=deps,
+                wide=entry.wide,
+            )  # fmt: skip
+        return [(piece, self._request(piece, want)) for piece in out]
 
     def _narrow(self, chunk: _Chunk, want: bool, failures: list[Failure]) -> list[Outcome]:
         outcomes: list[Outcome] = []

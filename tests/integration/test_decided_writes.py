@@ -19,12 +19,13 @@ import redis
 from common.boards import parse_boards
 from common.events import Op, UpdateEvent
 from common.store import periodmark
+from common.store.apply import ApplyScript
 from common.store.encoding import TIE_WIDTH, Status
 from common.store.guarded import GuardedWrite, IdBucket, IndexBucket
 from common.store.keys import BoardKeys, index_expiry, window_instance
 from common.store.native import EXPIRY_MARGIN_MS, MAX_BOARDS, NativeWrites
 from tests.helpers import BOTH_TOPOLOGIES, wait_for
-from worker.apply import Applier, Position, Source
+from worker.apply import DECIDED_ROLLING_COUNTS_PER_CALL, ROLLING_COUNTS_PER_CALL, Applier, Position, Source
 from worker.boardstate import BoardStates
 from worker.rolling import RollingPreparer
 from worker.rolling_slots import RollingSlots
@@ -569,7 +570,9 @@ def test_redis_holds_what_apply_lua_leaves_through_splits_and_turns(rclient, set
 
     with mock.patch.object(BoardStates, "_write", write):
         decided = run(prefix, deciding)
-    assert decided == lua
+    # per board in stream order (a rolling board's batches are cut into more calls for apply.lua
+    # alone than for the worker, so boards interleave differently)
+    assert sorted(decided, key=lambda r: r[1]) == sorted(lua, key=lambda r: r[1])
     # a board with a rolling window is decided too (the write checks that its next period's
     # preparation has not begun), and so is one whose next period is being prepared
     assert "Written" in rolled
@@ -675,3 +678,33 @@ def test_a_period_sealed_after_the_worker_read_it_is_left_alone(rclient, setting
 
     with altered(unchecked):
         assert _sealed_period(rclient, settings.key_prefix + "b:") == (0, 2.0, 2.0)
+
+
+@BOTH_TOPOLOGIES
+def test_a_rolling_batch_the_worker_leaves_to_apply_lua_is_cut_into_its_calls(rclient, settings, way):
+    """The worker takes a rolling board's events in chunks of up to DECIDED_ROLLING_COUNTS_PER_CALL
+    (event, instance) counts; one that goes to apply.lua after all (here: the board's current
+    rolling period was never prepared) is cut into calls of at most ROLLING_COUNTS_PER_CALL, in
+    order, and ends as apply.lua alone leaves the board."""
+    # 4 counts an event: total, the bucket, the current period and the next (its walk not begun:
+    # apply.lua counts it too)
+    board, n, counts = "roll:cut", 45, 4
+    stream = [(ev(board, f"m{i % 40}", 1 + i % 7, f"c{i}"), NOW - i) for i in range(n)]
+    where = [Position(SRC[0], i, None) for i in range(n)]
+    sizes: list[int] = []
+    real = ApplyScript.run_many
+
+    def recorded(self: ApplyScript, client: Any, reqs: Any) -> Any:
+        sizes.extend(len(r.events) for r in reqs if r.keys.board == board)
+        return real(self, client, reqs)
+
+    prefix = settings.key_prefix
+    lua = applier(rclient, prefix + "lua:", cells=0, now=NOW).apply(stream, where)
+    sizes.clear()
+    with mock.patch.object(ApplyScript, "run_many", recorded):
+        decided = applier(rclient, prefix + "dec:", now=NOW).apply(stream, where)
+    assert DECIDED_ROLLING_COUNTS_PER_CALL >= counts * n > ROLLING_COUNTS_PER_CALL  # one chunk, cut
+    per_call = ROLLING_COUNTS_PER_CALL // counts
+    assert sizes == [per_call] * (n // per_call) + [n % per_call]
+    assert [(o.event.id, o.status, o.seq) for o in decided] == [(o.event.id, o.status, o.seq) for o in lua]
+    assert _dump(rclient, prefix + "dec:") == _dump(rclient, prefix + "lua:")
