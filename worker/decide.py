@@ -11,8 +11,9 @@ preparation has not begun (BoardState.unstarted, checked again by the transactio
 common/store/native.py), and once it has (BoardState.started), each event writes the member's
 state there, R[q] - B[q-N+1] + B[q+1] as apply.lua `plan_derived` computes it. The preparer's
 walk writes that period too, outside the seq: it is read afresh for each chunk, never kept, and
-the write checks that what it read of it still holds (GuardedWrite `unchanged`: its tie index's
-directory and the ties of the members written). With max_members such a chunk is apply.lua's.
+the write checks that what it read of it still holds (GuardedWrite `unchanged` and `unsplit`:
+the ties of the members written, and the depth its tie index's directory gives their buckets).
+With max_members such a chunk is apply.lua's.
 `decide` is pure: it reads the board's state and returns the per-event replies apply.lua would
 have returned, the writes that make Redis agree (common/store/guarded.py), and the state after
 them, which the caller keeps once Redis took the writes. The rules are apply.lua's, in its
@@ -409,10 +410,12 @@ class _Chunk:
         for fp in self.checks:
             checks.setdefault(bucket(state.id_directory, keys.id_window, bytes_slot(fp))[0], []).append(fp)
         directories = [(keys.id_window, len(state.id_directory))]
-        directories += [
+        directories += [  # (a next period being prepared: the walk splits it, `unsplit` checks it)
             (keys.tie_index(n), len(inst.directory))
-            for n, inst, changed, role in zip(self.names, self.insts, self.post, self.roles, strict=True)
-            if changed and inst is not None and inst.packing is None and role != BUCKET
+            for n, inst, changed, role, started in zip(
+                self.names, self.insts, self.post, self.roles, self.started, strict=True
+            )
+            if changed and inst is not None and inst.packing is None and role != BUCKET and not started
         ]
         changed_seq = self.seq != state.seq
         probes = [
@@ -450,6 +453,7 @@ class _Chunk:
             ],
             checks=list(checks.items()),
             unchanged=self._unchanged(),
+            unsplit=self._unsplit(),
             writes=writes,
             new_seq=self.seq if changed_seq else None,
             notify=f"{state.seq} {self.seq} {keys.board}" if changed_seq else "",
@@ -469,21 +473,34 @@ class _Chunk:
         )
         return Decision(replies, write, committed, self.metas, new_fence, self.seq)
 
+    def _walked(self) -> list[tuple[str, InstanceState, dict[str, Cell]]]:
+        """Each next period being prepared that the chunk writes: its tie index, state, changes."""
+        return [
+            (self.req.keys.tie_index(self.names[i]), inst, changed)
+            for i, (inst, changed) in enumerate(zip(self.insts, self.post, strict=True))
+            if changed and self.started[i] and inst is not None
+        ]
+
     def _unchanged(self) -> list[tuple[str, str, bytes]]:
-        """What the writes assume of each next period being prepared, as read for this chunk:
-        its tie index's directory and the ties of the members written (the preparer's walk
-        writes the period too, outside the seq)."""
-        out: list[tuple[str, str, bytes]] = []
-        for i, changed in enumerate(self.post):
-            inst = self.insts[i]
-            if not (changed and self.started[i]) or inst is None:
-                continue
-            index = self.req.keys.tie_index(self.names[i])
-            out.append((index, "", inst.directory))
-            for member, (_, _, rtie) in changed.items():
-                key = bucket(inst.directory, index, string_slot(member))[0]
-                out.append((key, member, b"" if rtie is None else str(rtie).encode()))
-        return out
+        """What the writes assume of each next period being prepared, as read for this chunk
+        (the preparer's walk writes it too, outside the seq): the ties of the members written."""
+        return [
+            (bucket(inst.directory, index, string_slot(m))[0], m, b"" if rtie is None else str(rtie).encode())
+            for index, inst, changed in self._walked()
+            for m, (_, _, rtie) in changed.items()
+        ]
+
+    def _unsplit(self) -> list[tuple[str, int, bytes]]:
+        """... and the depth its directory gave those members' buckets: the byte at each one's
+        slot (b'' with no directory: one bucket). The walk's splits of other buckets may change
+        the rest of the directory, and double it (its first half then is what it was)."""
+        out: dict[tuple[str, int], bytes] = {}
+        for index, inst, changed in self._walked():
+            n = len(inst.directory)
+            for m in changed:
+                at = string_slot(m) % n if n else 0
+                out[(index, at)] = inst.directory[at : at + 1]
+        return [(index, at, byte) for (index, at), byte in out.items()]
 
     def _fence(self) -> tuple[list[Write], dict[str, str]]:
         """The fence's new positions and rejections (apply.lua's format), and its epoch if new."""

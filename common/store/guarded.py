@@ -32,6 +32,7 @@ G = (
     "NF",
     "ND",
     "NX",
+    "NR",
     "NP",
     "NS",
     "NU",
@@ -111,11 +112,13 @@ class GuardedWrite:
     # the markers of next rolling periods the writes leave alone because their preparation has
     # not begun (keys.prepared): none may exist (else Started)
     unstarted: Sequence[str] = ()
-    # values that must be as the worker read them (key, hash field or '' for the key's own value,
-    # the value or b'' for none): what it read of a next rolling period being prepared (its tie
-    # index's directory and the ties of the members it writes), which the preparer writes
-    # outside the seq
+    # what the worker read of a next rolling period being prepared, which the preparer writes
+    # outside the seq, and the writes assume: the ties of the members written, in their tie index
+    # buckets (bucket key, member, tie or b'' for none; watched: a split of one changes it), and
+    # the depth the index's directory gave each of those buckets (directory key, position, the
+    # byte or b'' for no directory: the walk's splits of other buckets may change the rest)
     unchanged: Sequence[tuple[str, str, bytes]] = ()
+    unsplit: Sequence[tuple[str, int, bytes]] = ()
     _keys: list[str] = field(default_factory=list)
     _positions: dict[str, int] = field(default_factory=dict)
 
@@ -145,6 +148,7 @@ class GuardedWrite:
             "NF": len(self.fence),
             "ND": len(self.directories),
             "NX": len(self.unchanged),
+            "NR": len(self.unsplit),
             "NP": len(self.probes),
             "NS": len(self.unsealed),
             "NU": len(self.unstarted),
@@ -158,6 +162,8 @@ class GuardedWrite:
             args += [self.position(directory), length]
         for k, f, held in self.unchanged:
             args += [self.position(k), f, held]
+        for k, at, byte in self.unsplit:
+            args += [self.position(k), at, byte]
         for probed, kind in self.probes:
             args += [self.position(probed), kind]
         args += [self.position(marker) for marker in self.unsealed]

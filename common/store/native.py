@@ -189,7 +189,8 @@ class NativeWrites:
         cmds.append(("EXISTS", req.slot_mark or keys.fence))
         cmds.append(("GET", keys.seq))
         cmds += [("STRLEN", d) for d, _ in req.directories]
-        cmds += [("HGET", k, f) if f else ("GET", k) for k, f, _ in req.unchanged]
+        cmds += [("HGET", k, f) for k, f, _ in req.unchanged]
+        cmds += [("GETRANGE", k, at, at) for k, at, _ in req.unsplit]
         cmds += _size_reads(req)
         cmds += [("GET", m) for m in req.unsealed]
         cmds += [("EXISTS", *req.unstarted)] if req.unstarted else []
@@ -209,7 +210,7 @@ class NativeWrites:
         failed = next((r for r in got if isinstance(r, Exception)), None)
         if failed is not None:  # a key of another type where the board writes (or a redirect)
             return failed
-        rest = iter(got[4 + len(req.directories) + len(req.unchanged) :])
+        rest = iter(got[4 + len(req.directories) + len(req.unchanged) + len(req.unsplit) :])
         b.sizes = dict(req.known)  # the buckets the worker knows are not read again
         b.sizes.update({str(cmd[1]): int(next(rest)) for cmd in _size_reads(req)})
         marked = _marks(req, rest)
@@ -242,8 +243,9 @@ class NativeWrites:
         ]
         directories = dict.fromkeys(_directory(b.req, w) for w in b.risky)
         b.dirs = dict.fromkeys(directories, b"")
-        cmds += [("GET", d) for d in directories]
-        return cmds
+        # watched from here: a next rolling period's index, whose directory the preparer's walk
+        # may change outside the seq (the board's other directories are watched already)
+        return [("WATCH", *directories), *cmds, *(("GET", d) for d in directories)]
 
     @staticmethod
     def _take_buckets(b: _Board, got: list[Any]) -> bool:
@@ -252,6 +254,7 @@ class NativeWrites:
         if failed is not None:
             b.reply = failed
             return False
+        got = got[1:]  # the WATCH's
         for w, flat in zip(b.risky, got, strict=False):
             b.entries[w.key] = _pairs(flat)
         for d, value in zip(list(b.dirs), got[len(b.risky) :], strict=True):
@@ -364,7 +367,8 @@ def _guard(req: GuardedWrite, got: list[Any]) -> GuardReply | Exception | None:
     the values it read of a next rolling period being prepared."""
     stored, marked, seq = got[1], got[2], got[3]
     lengths = got[4 : 4 + len(req.directories)]
-    values = got[4 + len(req.directories) : 4 + len(req.directories) + len(req.unchanged)]
+    held = [*req.unchanged, *req.unsplit]
+    values = got[4 + len(req.directories) : 4 + len(req.directories) + len(held)]
     failed = next((r for r in (stored, marked, seq, *lengths, *values) if isinstance(r, Exception)), None)
     if failed is not None:
         return failed
@@ -377,7 +381,7 @@ def _guard(req: GuardedWrite, got: list[Any]) -> GuardReply | Exception | None:
         _s(seq or b"0") != str(req.expect_seq)
         or any(_s(found or b"") != value for (_, value), found in zip(req.fence, stored[1:], strict=True))
         or any(int(found) != length for (_, length), found in zip(req.directories, lengths, strict=True))
-        or any((found or b"") != value for (_, _, value), found in zip(req.unchanged, values, strict=True))
+        or any((found or b"") != value for (_, _, value), found in zip(held, values, strict=True))
     )
     return Conflict() if changed else None
 

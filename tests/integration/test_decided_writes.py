@@ -22,8 +22,9 @@ from common.store import periodmark
 from common.store.apply import ApplyScript
 from common.store.encoding import TIE_WIDTH, Status
 from common.store.guarded import GuardedWrite, IdBucket, IndexBucket
-from common.store.keys import BoardKeys, index_expiry, window_instance
+from common.store.keys import BoardKeys, index_expiry, string_slot, window_instance
 from common.store.native import EXPIRY_MARGIN_MS, MAX_BOARDS, NativeWrites
+from common.store.xhash import bucket
 from tests.helpers import BOTH_TOPOLOGIES, wait_for
 from worker.apply import DECIDED_ROLLING_COUNTS_PER_CALL, ROLLING_COUNTS_PER_CALL, Applier, Position, Source
 from worker.boardstate import BoardStates
@@ -417,6 +418,61 @@ def test_a_walk_between_the_reads_and_the_write_of_a_next_period_makes_redis_ref
         write.unchanged = []
 
     assert len(_walked_meanwhile(rclient, settings.key_prefix + "b:", unchecked)) == 2
+
+
+def _split_meanwhile(
+    client: redis.Redis, prefix: str, alter: Callable[[GuardedWrite], None] | None = None
+) -> Any:
+    """As _walked_meanwhile, with 60 more members in the current period; between A's reads of the
+    next period (empty: one tie index bucket, no directory) and A's write of m there, the walk
+    derives the 60 others, and its tie index splits (the preparer's buckets split past 48). m's
+    tie must then be where the directory says: its tie index bucket holds it (its tie, NOW)."""
+    board, member = "roll:split", "m"
+    keys, board_type = BoardKeys(prefix, board), BOARDS.types["roll"]
+    window = board_type.window("last_3h")
+    slots = RollingSlots(BOARDS.timezone)
+    derived, deps = slots.derived(board_type, window, slots.bucket_at(window, NOW))
+    others = [f"o{i}" for i in range(60)]
+    prepared(client, prefix, board)
+    a = applier(client, prefix, now=NOW)
+    first = [(ev(board, m, 1, f"e-{m}"), NOW - 60_000) for m in [member, *others]]
+    a.apply(first, [Position(SRC[0], i, None) for i in range(len(first))])
+    client.set(keys.prepared(derived.name), "busy:preparer")
+    preparer = RollingPreparer(client, BOARDS, prefix, clock=lambda: NOW, epoch=lambda: "E", owner="t")
+    real = BoardStates._write
+    walked: list[bool] = []
+
+    def write(self: BoardStates, c: Any, writes: list[GuardedWrite]) -> list[Any]:
+        if not walked and any(w.unsplit for w in writes):  # after its reads, before the write
+            walked.append(True)
+            preparer._derive(keys, board_type, [derived, *deps], others, hot=False, op="derive")
+        for w in writes:
+            if alter is not None:
+                alter(w)
+        return real(self, c, writes)
+
+    with mock.patch.object(BoardStates, "_write", write):
+        a.apply([(ev(board, member, 1, "again"), NOW)], [Position(SRC[0], len(first), None)])
+    assert walked, "the worker never wrote the next period"
+    index = keys.tie_index(derived.name)
+    directory = cast("bytes | None", client.get(index)) or b""
+    assert directory, "the walk did not split the index"
+    return client.hget(bucket(directory, index, string_slot(member))[0], member)
+
+
+@BOTH_TOPOLOGIES
+def test_a_walk_splitting_the_next_periods_index_under_a_write_makes_redis_refuse_it(rclient, settings, way):
+    """The walk's splits change a next period's tie index directory outside the seq: the write
+    checks that the directory still gives each member it writes the bucket it read. The walk
+    splits the one bucket between A's reads and A's write: refused, A reads again and writes m's
+    tie where the directory says. Without the check A writes it into the bucket the split
+    dropped, where no reader looks: m's tie is lost."""
+    assert _split_meanwhile(rclient, settings.key_prefix + "a:") == str(NOW).encode()
+
+    def unchecked(write: GuardedWrite) -> None:
+        write.unsplit = []
+
+    assert _split_meanwhile(rclient, settings.key_prefix + "b:", unchecked) is None
 
 
 def test_a_connection_dropped_between_the_round_trips_loses_no_write(rclient, settings, way):

@@ -7,10 +7,10 @@
 --       written: a call during a slot migration is refused on both sides, as apply.lua's is),
 --       then the keys the checks and the write list name by position.
 -- ARGV: the header G, then G.NF fence (field, value the worker read: '' = absent), G.ND
---       directories (key position, length the worker read), G.NX values that must be as the
---       worker read them (key position, hash field or '' for the key's own value, the value or
---       '' for none: a next rolling period's tie index, which its preparer writes outside the
---       seq), G.NP probes (key position, 'z' or
+--       directories (key position, length the worker read), G.NX hash fields that must be as
+--       the worker read them (key position, field, value or '' for none), G.NR directory bytes
+--       likewise (key position, position, the byte or '' for none): a next rolling period's tie
+--       index, which its preparer writes outside the seq, G.NP probes (key position, 'z' or
 --       'h': a zset or hash it writes), G.NS period markers (key position: a period whose result
 --       may be sealed, worker/results.py), G.NU markers of next rolling periods the writes leave
 --       alone because their preparation has not begun (key position: none may exist), G.NG id
@@ -55,10 +55,11 @@ for _ = 1, tonumber(ARGV[G.ND]) do
   at = at + 2
 end
 for _ = 1, tonumber(ARGV[G.NX]) do
-  local k, f = key(ARGV[at + 1]), ARGV[at + 2]
-  local got
-  if f == '' then got = redis.call('GET', k) else got = redis.call('HGET', k, f) end
-  if (got or '') ~= ARGV[at + 3] then return {0} end
+  if (redis.call('HGET', key(ARGV[at + 1]), ARGV[at + 2]) or '') ~= ARGV[at + 3] then return {0} end
+  at = at + 3
+end
+for _ = 1, tonumber(ARGV[G.NR]) do
+  if redis.call('GETRANGE', key(ARGV[at + 1]), ARGV[at + 2], ARGV[at + 2]) ~= ARGV[at + 3] then return {0} end
   at = at + 3
 end
 local held = {}  -- key position -> entries before the writes (a tie index bucket's size)
