@@ -365,41 +365,55 @@ def test_a_claim_between_the_reads_and_the_transaction_makes_redis_refuse_it(rcl
         assert _next_period(rclient, settings.key_prefix + "b:", race=True)[0] is None
 
 
-def _walked_meanwhile(
-    client: redis.Redis, prefix: str, alter: Callable[[GuardedWrite], None] | None = None
-) -> Any:
-    """Member m has an event in the current rolling period (ts NOW - 60 s) before the next
-    period's preparation began; the preparer claims it. A's next event (ts NOW) writes m there
-    too, absolute; between A's reads of that period and A's write, the preparer's walk derives m
-    there (from the state before A's event: its tie is the earlier event's). The period must
-    end with m once, at 2 and its latest event: [(entry, 2.0)]. `alter`: A's writes' checks."""
-    board, member = "roll:walked", "m"
+def _walk_meanwhile(
+    client: redis.Redis,
+    prefix: str,
+    board: str,
+    walked: list[str],
+    alter: Callable[[GuardedWrite], None] | None,
+    *,
+    others: int = 0,
+) -> tuple[BoardKeys, str]:
+    """Member m (and `others` more) has an event in the current rolling period (ts NOW - 60 s)
+    before the next period's preparation began; the preparer claims it. A's next event for m
+    (ts NOW) writes m there too; between A's reads of that period and A's write, the preparer's
+    walk derives `walked` there (from the state before A's event). `alter`: A's writes' checks.
+    The board's keys and the next period's name."""
     keys, board_type = BoardKeys(prefix, board), BOARDS.types["roll"]
     window = board_type.window("last_3h")
     slots = RollingSlots(BOARDS.timezone)
-    current = slots.bucket_at(window, NOW)
-    derived, deps = slots.derived(board_type, window, current)
+    derived, deps = slots.derived(board_type, window, slots.bucket_at(window, NOW))
     prepared(client, prefix, board)
     a = applier(client, prefix, now=NOW)
-    a.apply([(ev(board, member, 1, "1"), NOW - 60_000)], [Position(SRC[0], 0, None)])
+    first = [(ev(board, m, 1, f"e-{m}"), NOW - 60_000) for m in ["m", *(f"o{i}" for i in range(others))]]
+    a.apply(first, [Position(SRC[0], i, None) for i in range(len(first))])
     client.set(keys.prepared(derived.name), "busy:preparer")
     preparer = RollingPreparer(client, BOARDS, prefix, clock=lambda: NOW, epoch=lambda: "E", owner="t")
     real = BoardStates._write
-    walked: list[bool] = []
+    done: list[bool] = []
 
     def write(self: BoardStates, c: Any, writes: list[GuardedWrite]) -> list[Any]:
-        if not walked and any(w.unchanged for w in writes):  # after its reads, before the write
-            walked.append(True)
-            preparer._derive(keys, board_type, [derived, *deps], [member], hot=False, op="derive")
+        if not done and any(w.unchanged for w in writes):  # after its reads, before the write
+            done.append(True)
+            preparer._derive(keys, board_type, [derived, *deps], walked, hot=False, op="derive")
         for w in writes:
             if alter is not None:
                 alter(w)
         return real(self, c, writes)
 
     with mock.patch.object(BoardStates, "_write", write):
-        a.apply([(ev(board, member, 1, "2"), NOW)], [Position(SRC[0], 1, None)])
-    assert walked, "the worker never wrote the next period"
-    rows = cast("list[tuple[bytes, float]]", client.zrange(keys.rank(derived.name), 0, -1, withscores=True))
+        a.apply([(ev(board, "m", 1, "again"), NOW)], [Position(SRC[0], len(first), None)])
+    assert done, "the worker never wrote the next period"
+    return keys, derived.name
+
+
+def _walked_meanwhile(
+    client: redis.Redis, prefix: str, alter: Callable[[GuardedWrite], None] | None = None
+) -> list[tuple[str, float]]:
+    """The walk derives m itself (its tie there is the earlier event's). The period must end with
+    m once, at 2 and its latest event: [("m", 2.0)]."""
+    keys, following = _walk_meanwhile(client, prefix, "roll:walked", ["m"], alter)
+    rows = cast("list[tuple[bytes, float]]", client.zrange(keys.rank(following), 0, -1, withscores=True))
     return [(m.decode()[TIE_WIDTH:], s) for m, s in rows]
 
 
@@ -423,41 +437,15 @@ def test_a_walk_between_the_reads_and_the_write_of_a_next_period_makes_redis_ref
 def _split_meanwhile(
     client: redis.Redis, prefix: str, alter: Callable[[GuardedWrite], None] | None = None
 ) -> Any:
-    """As _walked_meanwhile, with 60 more members in the current period; between A's reads of the
-    next period (empty: one tie index bucket, no directory) and A's write of m there, the walk
-    derives the 60 others, and its tie index splits (the preparer's buckets split past 48). m's
-    tie must then be where the directory says: its tie index bucket holds it (its tie, NOW)."""
-    board, member = "roll:split", "m"
-    keys, board_type = BoardKeys(prefix, board), BOARDS.types["roll"]
-    window = board_type.window("last_3h")
-    slots = RollingSlots(BOARDS.timezone)
-    derived, deps = slots.derived(board_type, window, slots.bucket_at(window, NOW))
+    """60 more members; the walk derives those, not m, and the next period's tie index (empty at
+    A's reads: one bucket, no directory) splits (the preparer's buckets split past 48). m's tie
+    must then be where the directory says: its tie index bucket holds it (its tie, NOW)."""
     others = [f"o{i}" for i in range(60)]
-    prepared(client, prefix, board)
-    a = applier(client, prefix, now=NOW)
-    first = [(ev(board, m, 1, f"e-{m}"), NOW - 60_000) for m in [member, *others]]
-    a.apply(first, [Position(SRC[0], i, None) for i in range(len(first))])
-    client.set(keys.prepared(derived.name), "busy:preparer")
-    preparer = RollingPreparer(client, BOARDS, prefix, clock=lambda: NOW, epoch=lambda: "E", owner="t")
-    real = BoardStates._write
-    walked: list[bool] = []
-
-    def write(self: BoardStates, c: Any, writes: list[GuardedWrite]) -> list[Any]:
-        if not walked and any(w.unsplit for w in writes):  # after its reads, before the write
-            walked.append(True)
-            preparer._derive(keys, board_type, [derived, *deps], others, hot=False, op="derive")
-        for w in writes:
-            if alter is not None:
-                alter(w)
-        return real(self, c, writes)
-
-    with mock.patch.object(BoardStates, "_write", write):
-        a.apply([(ev(board, member, 1, "again"), NOW)], [Position(SRC[0], len(first), None)])
-    assert walked, "the worker never wrote the next period"
-    index = keys.tie_index(derived.name)
+    keys, following = _walk_meanwhile(client, prefix, "roll:split", others, alter, others=len(others))
+    index = keys.tie_index(following)
     directory = cast("bytes | None", client.get(index)) or b""
     assert directory, "the walk did not split the index"
-    return client.hget(bucket(directory, index, string_slot(member))[0], member)
+    return client.hget(bucket(directory, index, string_slot("m"))[0], "m")
 
 
 @BOTH_TOPOLOGIES
