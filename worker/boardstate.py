@@ -113,6 +113,11 @@ def _members(req: ApplyRequest) -> dict[str, list[str]]:
     return {name: list(members) for name, members in out.items()}
 
 
+def _next_periods(req: ApplyRequest) -> set[str]:
+    """The next rolling periods (prepared ahead) among the chunk's instances."""
+    return {i.name for i in req.instances if i.rolling is not None and i.rolling.role == DERIVED}
+
+
 class BoardStates:
     def __init__(self, max_cells: int = DEFAULT_MAX_CELLS, native: bool = True) -> None:
         self.max_cells = max_cells
@@ -327,7 +332,8 @@ class BoardStates:
         members = _members(req)
         if state is not None:
             self._states.move_to_end(req.keys.board)
-            state.started.intersection_update(members)  # those this chunk names: the rest are current
+            # the next periods this chunk names (one it names as current now is kept as any)
+            state.started.intersection_update(_next_periods(req))
             for name in state.started:  # the preparer writes them too, outside the seq: read afresh
                 state.instances.pop(name, None)
         need = _Need(req, state)

@@ -752,3 +752,28 @@ def test_a_rolling_batch_the_worker_leaves_to_apply_lua_is_cut_into_its_calls(rc
     assert sizes == [per_call] * (n // per_call) + [n % per_call]
     assert [(o.event.id, o.status, o.seq) for o in decided] == [(o.event.id, o.status, o.seq) for o in lua]
     assert _dump(rclient, prefix + "dec:") == _dump(rclient, prefix + "lua:")
+
+
+@BOTH_TOPOLOGIES
+def test_a_next_period_read_afresh_while_prepared_is_kept_once_it_is_current(rclient, settings, way):
+    """A next rolling period being prepared is read for every chunk (the walk writes it outside
+    the seq); an hour later it is the current period, which only appliers write: the worker
+    keeps it again, and a chunk that finds all it needs in the kept state reads nothing."""
+    clock = [NOW]
+    a = Applier(rclient, BOARDS, settings.key_prefix, 3600, epoch="E", now_ms=lambda: clock[0])
+    assert a.states is not None
+    a.states.native, a.states.native_min_events = WAYS["native"], 1
+    board, stats = "roll:turned", a.states.stats
+    prepared(rclient, settings.key_prefix, board, begun=True)
+    markers: list[str] = []
+    with altered(lambda w: markers.extend(k for k, _, _ in w.unsplit)):
+        a.apply([(ev(board, "m", 1, "1"), NOW)], [Position(SRC[0], 0, None)])
+    assert markers, "the next period was not written as being prepared"
+    following = window_instance("last_3h", time.strftime("%Y-%m-%dT%H", time.gmtime((NOW + HOUR) / 1000)))
+    rclient.set(BoardKeys(settings.key_prefix, board).prepared(following), "done")  # the walk ended
+    clock[0] += HOUR
+    a.apply([(ev(board, "m", 1, "2"), clock[0])], [Position(SRC[0], 1, None)])
+    hits = stats.hits
+    a.apply([(ev(board, "m", 1, "3"), clock[0])], [Position(SRC[0], 2, None)])
+    assert stats.hits == hits + 1
+    assert score_of(rclient, BoardKeys(settings.key_prefix, board).rank(following), "m") == 3
