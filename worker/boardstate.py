@@ -332,10 +332,12 @@ class BoardStates:
         members = _members(req)
         if state is not None:
             self._states.move_to_end(req.keys.board)
-            # the next periods this chunk names (one it names as current now is kept as any)
-            state.started.intersection_update(_next_periods(req))
-            for name in state.started:  # the preparer writes them too, outside the seq: read afresh
+            # the preparer writes a next period too, outside the seq: what was read of it is
+            # stale at once, so it is read afresh for each chunk that names it as next, and once
+            # more when a chunk names it as current (kept as any period from then on)
+            for name in state.started:
                 state.instances.pop(name, None)
+            state.started.intersection_update(_next_periods(req))
         need = _Need(req, state)
         for src in req.sources:
             for f in (src.field, src.field + "!r"):
