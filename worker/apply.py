@@ -238,6 +238,19 @@ class _Chunk:
         self.events.append(_Entry(event, ts, known[1], known[2], late, position, closed, wide))
         self.counts += len(known[2])
 
+    def instances_of(self, entry: _Entry) -> tuple[list[Instance], list[Instance]]:
+        """An entry's instances here, and those its derived rolling periods read (`add`'s pairs
+        and deps): to add it to another chunk of the board."""
+        pairs = [self.instances[n][1] for n in entry.names]
+        return pairs, [self.instances[n][1] for n in _derived_inputs(pairs) if n in self.instances]
+
+    def add_entry(self, entry: _Entry, pairs: list[Instance], deps: Sequence[Instance]) -> None:
+        """An entry of another chunk of the board, with its instances there (`instances_of`)."""
+        self.add(
+            entry.event, entry.ts, pairs, entry.late, entry.position, closed=entry.closed, deps=deps,
+            wide=entry.wide,
+        )  # fmt: skip
+
     def where(self, position: Position | None) -> int:
         """apply.lua's `where`: source number * 1000 + array index + 1 (0: no position)."""
         if position is None:
@@ -600,26 +613,17 @@ class Applier:
             return [(chunk, request)]
         out: list[_Chunk] = []
         for entry in chunk.events:
-            pairs = [chunk.instances[n][1] for n in entry.names]
-            deps = [chunk.instances[n][1] for n in _derived_inputs(pairs) if n in chunk.instances]
+            pairs, deps = chunk.instances_of(entry)
             if not out or not out[-1].fits(pairs, entry.wide, deps):
                 out.append(_Chunk(chunk.board, chunk.board_type, control=chunk.control))
-            out[-1].add(
-                entry.event, entry.ts, pairs, entry.late, entry.position, closed=entry.closed, deps=deps,
-                wide=entry.wide,
-            )  # fmt: skip
+            out[-1].add_entry(entry, pairs, deps)
         return [(piece, self._request(piece, want)) for piece in out]
 
     def _narrow(self, chunk: _Chunk, want: bool, failures: list[Failure]) -> list[Outcome]:
         outcomes: list[Outcome] = []
         for entry in chunk.events:
             single = _Chunk(chunk.board, chunk.board_type, control=chunk.control)
-            pairs = [chunk.instances[n][1] for n in entry.names]
-            deps = [chunk.instances[n][1] for n in _derived_inputs(pairs) if n in chunk.instances]
-            single.add(
-                entry.event, entry.ts, pairs, entry.late, entry.position, closed=entry.closed, deps=deps,
-                wide=entry.wide,
-            )  # fmt: skip
+            single.add_entry(entry, *chunk.instances_of(entry))
             try:
                 (reply,) = self._script.run_many(self._client, [self._request(single, want)])
                 outcomes += _decode(single, want, reply, self.epoch)

@@ -227,12 +227,7 @@ class BoardStates:
         begun = self._begun.get(req.keys.board)
         if not begun:
             return False
-        if any(
-            inst.rolling is not None
-            and inst.rolling.role == DERIVED
-            and req.keys.prepared(inst.name) in begun
-            for inst in req.instances
-        ):
+        if any(req.keys.prepared(name) in begun for name in _next_periods(req)):
             return True
         del self._begun[req.keys.board]  # the periods it named are current now
         return False

@@ -389,19 +389,16 @@ def _walk_meanwhile(
     a.apply(first, [Position(SRC[0], i, None) for i in range(len(first))])
     client.set(keys.prepared(derived.name), "busy:preparer")
     preparer = RollingPreparer(client, BOARDS, prefix, clock=lambda: NOW, epoch=lambda: "E", owner="t")
-    real = BoardStates._write
     done: list[bool] = []
 
-    def write(self: BoardStates, c: Any, writes: list[GuardedWrite]) -> list[Any]:
-        if not done and any(w.unchanged for w in writes):  # after its reads, before the write
+    def meanwhile(w: GuardedWrite) -> None:
+        if not done and w.unchanged:  # after its reads, before the write
             done.append(True)
             preparer._derive(keys, board_type, [derived, *deps], walked, hot=False, op="derive")
-        for w in writes:
-            if alter is not None:
-                alter(w)
-        return real(self, c, writes)
+        if alter is not None:
+            alter(w)
 
-    with mock.patch.object(BoardStates, "_write", write):
+    with altered(meanwhile):
         a.apply([(ev(board, "m", 1, "again"), NOW)], [Position(SRC[0], len(first), None)])
     assert done, "the worker never wrote the next period"
     return keys, derived.name
