@@ -10,8 +10,14 @@ any real event is taken for a duplicate is at most n^2 / 2^81: for n = 10^9 that
 Memory: one id costs its fingerprint (10 B) and applied-at second (an integer score) in a
 listpack sorted set (about 18 B with the entry headers), plus its share of the bucket key (one
 key per 24-48 ids) and of the directory (one byte per bucket). Each write to a bucket first
-drops what left the window, so a bucket holds live ids only. bench/memory.py measures it with
-Redis' own INFO (`redis_bytes_per_event_id`): about 21 B per id.
+drops what left the window (the worker's transactions: once in `slack_s` at most), so a bucket
+holds live ids, and ids at most that much older. bench/memory.py measures it with Redis' own
+INFO (`redis_bytes_per_event_id`): about 24 B per id.
+
+Expiry: a key of the id window lives at least a window and a second after the last id it took
+(a board that stops taking events leaves no id window behind). apply.lua and guarded.lua set
+that on each write; the worker's transactions set `key_ttl_ms` instead, once in `slack_s` at
+most (common/store/native.py _refresh).
 """
 
 from __future__ import annotations
@@ -26,6 +32,19 @@ FINGERPRINT_BYTES = 10
 # member's writes and ~25% less on a Zipf stream's than at 128, for the same bytes per entry
 # (bench/redis_cost.py at 48, 32 and 128, three runs each: 32 costs ~1% more bytes, saves no more)
 LISTPACK_CAP = 48
+
+
+def slack_s(window_s: int) -> int:
+    """How long past the window an id may stay in its bucket, and a key of the id window past
+    what its newest id needs: a sixtieth of the window (a bucket is then trimmed, and a key's
+    expiry set, once in that long at most, not on each write)."""
+    return window_s // 60
+
+
+def key_ttl_ms(window_s: int) -> int:
+    """The expiry the worker's transactions give a key of the id window: a window, a second and
+    the slack (the longest any writer gives one)."""
+    return (window_s + 1 + slack_s(window_s)) * 1000
 
 
 def fingerprint(event_id: str) -> bytes:

@@ -21,7 +21,7 @@ from hypothesis.control import currently_in_test_context
 
 from common.boards import BoardsConfig, parse_boards
 from common.events import UpdateEvent, parse_message, ts_ceiling
-from common.idwindow import fingerprint
+from common.idwindow import fingerprint, key_ttl_ms
 from common.store.encoding import MemberState, Status
 from common.store.keys import index_expiry
 from tests.redis_layout import index_keys, read_general
@@ -536,7 +536,7 @@ def _check_seq(got: bytes, want: int) -> None:
 
 
 def _check_id_ttl(got: int) -> None:
-    assert 0 < got <= (ID_WINDOW_S + 1) * 1000, f"the id window is kept for {got} ms"
+    assert 0 < got <= key_ttl_ms(ID_WINDOW_S), f"the id window is kept for {got} ms"
 
 
 def _check_ids(client: redis.Redis, buckets: list[str], want: set[str]) -> None:

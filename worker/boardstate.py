@@ -156,6 +156,7 @@ class BoardStates:
         if expired:  # their tie index buckets among them: read again when next written
             state.sizes.clear()
             state.cutoffs.clear()
+            state.refreshed.clear()
         size = state.size()
         if size > self.max_cells:
             return
@@ -282,8 +283,11 @@ class BoardStates:
             if isinstance(w, IdBucket | IndexBucket):
                 state.sizes.pop(w.key, None)
                 state.cutoffs.pop(w.key, None)
+                state.refreshed.pop(w.key, None)
+                state.refreshed.pop(req.keys.id_window, None)
         state.sizes.update(reply.sizes)
         state.cutoffs.update(reply.cutoffs)
+        state.refreshed.update(reply.refreshed)
         # the next rolling periods still ahead are those this write checked (one per window)
         state.unstarted = {n for n in state.unstarted if req.keys.prepared(n) in req.unstarted}
         for key, value in reply.directories.items():

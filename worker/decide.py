@@ -95,9 +95,11 @@ class BoardState:
     # periods whose result is sealed (worker/results.py): final, never written again
     sealed: set[str] = field(default_factory=set)
     # what the board's transactions left in its buckets (common/store/guarded.py GuardedWrite
-    # `known`, `cutoffs`): entries per tie index / id window bucket, id window buckets' cutoffs
+    # `known`, `cutoffs`, `refreshed`): entries per tie index / id window bucket, id window
+    # buckets' cutoffs, when id window keys' expiries were set
     sizes: dict[str, int] = field(default_factory=dict)
     cutoffs: dict[str, int] = field(default_factory=dict)
+    refreshed: dict[str, int] = field(default_factory=dict)
     # next rolling periods whose preparation had not begun when the board was read (their
     # markers absent): events leave them alone; each write checks that it still has not
     unstarted: set[str] = field(default_factory=set)
@@ -470,6 +472,7 @@ class _Chunk:
             events=len(self.req.events),
             known={k: state.sizes[k] for k in buckets if k in state.sizes},
             cutoffs={k: state.cutoffs[k] for k in buckets if k in state.cutoffs},
+            refreshed={k: state.refreshed[k] for k in (*buckets, keys.id_window) if k in state.refreshed},
         )
         return Decision(replies, write, committed, self.metas, new_fence, self.seq)
 

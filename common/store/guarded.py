@@ -103,12 +103,14 @@ class GuardedWrite:
     expires_at_ms: int = 0  # the earliest expiry of an instance it writes (0: none expires)
     events: int = 0  # the chunk's events
     # what the worker knows of the buckets it writes, from its earlier transactions (Written's
-    # `sizes` and `cutoffs`, while no one else wrote the board): their entries (a tie index
-    # bucket's exactly, an id window bucket's at most) and, per id window bucket, the Redis second
-    # every entry in it was applied at or after. A transaction reads neither again; guarded.lua
-    # ignores them.
+    # `sizes`, `cutoffs` and `refreshed`, while no one else wrote the board): their entries (a tie
+    # index bucket's exactly, an id window bucket's at most); per id window bucket, the Redis
+    # second every entry in it was applied at or after; per id window key, the Redis second its
+    # expiry was last set at or after. A transaction reads none of them again, and sets a known
+    # expiry again only once it is that old (native.py _refresh); guarded.lua ignores them.
     known: Mapping[str, int] = field(default_factory=dict)
     cutoffs: Mapping[str, int] = field(default_factory=dict)
+    refreshed: Mapping[str, int] = field(default_factory=dict)
     # the markers of next rolling periods the writes leave alone because their preparation has
     # not begun (keys.prepared): none may exist (else Started)
     unstarted: Sequence[str] = ()
@@ -201,10 +203,12 @@ def op_args(w: Write, position: Callable[[str], int], id_directory: str) -> list
 
 class Written(NamedTuple):
     directories: dict[str, bytes]  # directory key -> its value, for each a split changed
-    # after a transaction (guarded.lua's reply has none): each written bucket's entries and each
-    # id window bucket's cutoff, as GuardedWrite's `known` and `cutoffs` take them
+    # after a transaction (guarded.lua's reply has none): each written bucket's entries, each
+    # id window bucket's cutoff and each id window key's refresh, as GuardedWrite's `known`,
+    # `cutoffs` and `refreshed` take them
     sizes: Mapping[str, int] = MappingProxyType({})
     cutoffs: Mapping[str, int] = MappingProxyType({})
+    refreshed: Mapping[str, int] = MappingProxyType({})
 
 
 class Conflict(NamedTuple):

@@ -41,6 +41,7 @@ from redis._parsers.hiredis import NOT_ENOUGH_DATA
 from redis.cluster import RedisCluster
 from redis.connection import ConnectionPool
 
+from common.idwindow import key_ttl_ms, slack_s
 from common.store.apply import SLOT_LOST
 from common.store.guarded import (
     Command,
@@ -109,11 +110,13 @@ class _Board:
     tally: dict[str, tuple[int, list[tuple[int, int]]]] = field(default_factory=dict)
     parts: dict[str, int] = field(default_factory=dict)
     cutoffs: dict[str, int] = field(default_factory=dict)  # id window buckets' after EXEC
+    refreshed: dict[str, int] = field(default_factory=dict)  # id window keys' after EXEC
 
     @property
     def id_ttl_ms(self) -> int:
-        """An id window key lives one window (and a second) after its last insert (IDW.flush)."""
-        return (self.req.id_window_s + 1) * 1000
+        """An id window key's expiry (IDW.flush sets a window and a second on each insert; this
+        adds the slack: see _refresh)."""
+        return key_ttl_ms(self.req.id_window_s)
 
 
 def _s(value: Any) -> str:
@@ -282,7 +285,7 @@ class NativeWrites:
         id_dir = b.dirs.get(keys.id_window)
         id_dir_len = len(id_dir) if id_dir is not None else dict(req.directories).get(keys.id_window, 0)
         if ids and id_dir_len > 0:  # the id window's directory lives one window after its last insert
-            cmds.append(("PEXPIRE", keys.id_window, b.id_ttl_ms))
+            _refresh(b, keys.id_window, cmds)
         if req.new_seq is not None:
             cmds.append(("SET", keys.seq, req.new_seq))
         if req.notify:  # last, as apply.lua: the API nodes' warm caches drop the board
@@ -294,7 +297,7 @@ class NativeWrites:
     def _ids(b: _Board, w: IdBucket, cmds: list[Cmd]) -> None:
         """An id window bucket's new fingerprints, stamped with Redis' time: guarded.lua's 'i'.
         Its entries applied a window ago or more go first, unless the worker knows there are none
-        older than _trim_slack beyond the window (each id is then kept that much longer at most)."""
+        older than slack_s beyond the window (each id is then kept that much longer at most)."""
         window = b.req.id_window_s
         stamp = str(b.now).encode()
         live_from = b.now - window + 1
@@ -310,14 +313,14 @@ class NativeWrites:
         before = b.sizes[w.key]
         cutoff = b.req.cutoffs.get(w.key, b.now if before == 0 else None)
         counts = b.tally[w.key] = (before, [])
-        if entries is not None or cutoff is None or cutoff < live_from - _trim_slack(window):
+        if entries is not None or cutoff is None or cutoff < live_from - slack_s(window):
             counts[1].append((len(cmds) - 1, -1))
             cmds.append(("ZREMRANGEBYSCORE", w.key, "-inf", f"({live_from}"))
             cutoff = live_from
         b.cutoffs[w.key] = cutoff
         counts[1].append((len(cmds) - 1, 1))
         cmds.append(("ZADD", w.key, *(x for fp in w.fingerprints for x in (stamp, fp))))
-        cmds.append(("PEXPIRE", w.key, b.id_ttl_ms))
+        _refresh(b, w.key, cmds)
 
     @staticmethod
     def _index(b: _Board, w: IndexBucket, cmds: list[Cmd]) -> None:
@@ -359,7 +362,7 @@ class NativeWrites:
         sizes = dict(b.parts)
         for key, (before, counted) in b.tally.items():
             sizes[key] = before + sum(sign * int(reply[at]) for at, sign in counted)
-        return Written({d: b.dirs[d] for d in b.split}, sizes, b.cutoffs)
+        return Written({d: b.dirs[d] for d in b.split}, sizes, b.cutoffs, b.refreshed)
 
 
 def _guard(req: GuardedWrite, got: list[Any]) -> GuardReply | Exception | None:
@@ -386,10 +389,17 @@ def _guard(req: GuardedWrite, got: list[Any]) -> GuardReply | Exception | None:
     return Conflict() if changed else None
 
 
-def _trim_slack(window_s: int) -> int:
-    """How long past the id window an entry may stay in its bucket (a sixtieth of the window:
-    its bucket is then trimmed once in that long at most, not on each write)."""
-    return window_s // 60
+def _refresh(b: _Board, key: str, cmds: list[Cmd]) -> None:
+    """Id window key `key` lives at least a window and a second past this transaction: its
+    expiry is set (id_ttl_ms) unless the worker knows it was set slack_s ago or less (by its own
+    transactions: any other write of the board, a guarded.lua call of its own included, makes
+    it forget), which leaves it a window, a second and what remains of the slack."""
+    known = b.refreshed.get(key, b.req.refreshed.get(key))
+    if known is not None and known + slack_s(b.req.id_window_s) >= b.now:
+        b.refreshed[key] = known
+        return
+    cmds.append(("PEXPIRE", key, b.id_ttl_ms))
+    b.refreshed[key] = b.now
 
 
 def _size_reads(req: GuardedWrite) -> list[Cmd]:
@@ -451,8 +461,12 @@ def _split(b: _Board, w: IdBucket | IndexBucket, entries: dict[bytes, bytes], ne
         else:
             cmds.append(("ZADD", part_key, *(x for e, v in part.items() for x in (v, e))))
             cmds.append(("PEXPIRE", part_key, b.id_ttl_ms))
+            b.refreshed[part_key] = b.now
     cmds.append(("SET", directory, done.directory, "KEEPTTL"))
-    cmds += _index_expiry(directory, expire_at) if index else [("PEXPIRE", directory, b.id_ttl_ms)]
+    if index:
+        cmds += _index_expiry(directory, expire_at)
+    else:
+        _refresh(b, directory, cmds)
     return cmds
 
 

@@ -19,6 +19,7 @@ import redis
 from confluent_kafka.admin import AdminClient
 from prometheus_client.parser import text_string_to_metric_families
 
+from common.idwindow import key_ttl_ms
 from common.settings import Settings
 from rankstream.stack import free_port
 from rankstream.topics import UPDATE_PARTITIONS, ensure_topics
@@ -101,12 +102,14 @@ def partitions_owned(port: int) -> int:
 
 
 def assert_id_window_is_1s(client: redis.Redis, settings: Settings) -> None:
-    """The running worker really uses a 1 s window: its id buckets expire (window + 1) s after use."""
+    """The running worker really uses a 1 s window: its id buckets expire (window + 1) s after use
+    (common/idwindow.py key_ttl_ms: no slack in a window this short)."""
     ttls = [client.pttl(k) for k in client.scan_iter(match=f"{settings.key_prefix}*}}:i*", count=1000)]
     live = sorted(t for t in ttls if t != -2)  # -2: expired since the scan
     # 0: the key's expiry is this very millisecond (PTTL rounds a due key down to 0); -1 would be a
     # key without an expiry, which the window never writes
-    assert live and all(0 <= t <= 2000 for t in live), f"id window keys' ttl (ms): {live[:3]}…{live[-3:]}"
+    longest = key_ttl_ms(1)
+    assert live and all(0 <= t <= longest for t in live), f"id window keys' ttl (ms): {live[:3]}…{live[-3:]}"
 
 
 def event_counts(metrics: WorkerMetrics) -> dict[str, float]:
