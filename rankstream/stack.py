@@ -107,9 +107,15 @@ def _run_quiet(argv: list[str], what: str, timeout: float) -> None:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise StackError(f"{what} failed: {exc}") from None
-    if proc.returncode != 0:
-        tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
-        raise StackError(f"{what} failed (exit {proc.returncode}): {' | '.join(tail)}")
+    if proc.returncode != 0:  # the lines that say what went wrong, not a JVM's stack frames
+        said = [line for line in (proc.stderr or proc.stdout).strip().splitlines() if not _frame(line)]
+        raise StackError(f"{what} failed (exit {proc.returncode}): {' | '.join(said[-3:])}")
+
+
+def _frame(line: str) -> bool:
+    """A line of a Java stack trace's frames ("at ...", "... 12 more")."""
+    text = line.strip()
+    return text.startswith("at ") or (text.startswith("...") and text.endswith("more"))
 
 
 def ensure_java() -> str:

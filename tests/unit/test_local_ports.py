@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import socket
+import sys
 
-from rankstream.stack import _ephemeral_low, free_port, free_port_pair, port_bindable, port_open
+import pytest
+
+from common.errors import StackError
+from rankstream.stack import _ephemeral_low, _run_quiet, free_port, free_port_pair, port_bindable, port_open
 
 
 def test_a_port_held_by_a_clients_connection_is_not_bindable_though_nothing_listens_there():
@@ -42,3 +46,20 @@ def test_a_free_port_is_outside_the_range_client_connections_take():
     assert all(10_000 <= port < min(low, 20_000) and port_bindable(port) for port in ports)
     pair = free_port(span=2)
     assert pair + 1 < min(low, 20_000)
+
+
+def test_a_failed_step_says_what_the_jvm_said_not_its_stack_frames():
+    """A local stack step that fails (e.g. formatting Kafka's storage) reports the exception's own
+    lines: a Java stack trace ends in frames, which say nothing of the cause."""
+    trace = (
+        "Exception in thread main java.lang.RuntimeException: Invalid cluster.id\\n"
+        "\\tat kafka.tools.StorageTool$.formatCommand(StorageTool.scala:120)\\n"
+        "\\tat kafka.tools.StorageTool$.execute(StorageTool.scala:79)\\n"
+        "\\t... 3 more\\n"
+    )
+    script = f"import sys; sys.stderr.write('{trace}'); sys.exit(1)"
+    with pytest.raises(StackError) as failed:
+        _run_quiet([sys.executable, "-c", script], "formatting Kafka storage", timeout=30)
+    said = str(failed.value)
+    assert "Invalid cluster.id" in said
+    assert "StorageTool.scala" not in said and "more" not in said
