@@ -446,7 +446,6 @@ def _split(b: _Board, w: IdBucket | IndexBucket, entries: dict[bytes, bytes], ne
     done = split(directory, b.dirs[directory], at, entries, cap=req.listpack_cap, slot=slot)
     if done is None:
         return None
-    b.dirs[directory] = done.directory
     b.split.add(directory)
     expire_at = w.expire_at_ms if isinstance(w, IndexBucket) else 0
     cmds: list[Cmd] = [("DEL", w.key)]
@@ -462,11 +461,33 @@ def _split(b: _Board, w: IdBucket | IndexBucket, entries: dict[bytes, bytes], ne
             cmds.append(("ZADD", part_key, *(x for e, v in part.items() for x in (v, e))))
             cmds.append(("PEXPIRE", part_key, b.id_ttl_ms))
             b.refreshed[part_key] = b.now
-    cmds.append(("SET", directory, done.directory, "KEEPTTL"))
+    before = b.dirs[directory]
+    cmds += directory_writes(directory, before, done.directory, at)
+    b.dirs[directory] = done.directory
     if index:
         cmds += _index_expiry(directory, expire_at)
+    elif not before:  # a directory just made: no expiry yet
+        cmds.append(("PEXPIRE", directory, b.id_ttl_ms))
+        b.refreshed[directory] = b.now
     else:
         _refresh(b, directory, cmds)
+    return cmds
+
+
+def directory_writes(key: str, before: bytes, after: bytes, at: Bucket) -> list[Cmd]:
+    """A split's change of the directory (a byte per slot) from `before` to `after`, as written:
+    the slots it deepened (one BITFIELD: only those of bucket `at`, the slots s = at.prefix
+    mod 2^at.depth, can change), and the half a doubling added (APPEND); not the whole directory
+    again (4 KB at 4,096 buckets, on every split). One it makes is SET (xhash.lua's split sets
+    the whole value: the bytes are the same)."""
+    if not before:
+        return [("SET", key, after, "KEEPTTL")]
+    changed = [s for s in range(at.prefix, len(before), 1 << at.depth) if before[s] != after[s]]
+    cmds: list[Cmd] = []
+    if changed:
+        cmds.append(("BITFIELD", key, *(x for s in changed for x in ("SET", "u8", f"#{s}", after[s]))))
+    if len(after) > len(before):
+        cmds.append(("APPEND", key, after[len(before) :]))
     return cmds
 
 

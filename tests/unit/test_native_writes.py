@@ -4,13 +4,16 @@ scripts' byte for byte in tests/integration/test_decided_writes.py."""
 
 from __future__ import annotations
 
-from typing import ClassVar
+from collections.abc import Sequence
+from typing import ClassVar, cast
 
 import redis
+from hypothesis import given
+from hypothesis import strategies as st
 
 from common.store.guarded import GuardedWrite
 from common.store.keys import BoardKeys
-from common.store.native import EXPIRY_MARGIN_MS, MIN_EVENTS, _replies, native
+from common.store.native import EXPIRY_MARGIN_MS, MIN_EVENTS, _replies, directory_writes, native
 from common.store.xhash import Bucket, bucket, split, splits
 
 NOW = 1_800_000_000_000
@@ -97,3 +100,47 @@ def test_replies_are_read_one_by_one_without_hiredis():
 
     got = _replies(Conn(), 3)
     assert got[0] == b"OK" and isinstance(got[1], redis.ResponseError) and got[2] == 3
+
+
+def _written(before: bytes, cmds: Sequence[tuple[object, ...]]) -> bytes:
+    """What Redis holds after `cmds` (SET, BITFIELD SET u8, APPEND) on a string holding `before`."""
+    value = bytearray(before)
+    for cmd in cmds:
+        if cmd[0] == "SET":
+            value = bytearray(cast(bytes, cmd[2]))
+        elif cmd[0] == "APPEND":
+            value += cast(bytes, cmd[2])
+        else:
+            assert cmd[0] == "BITFIELD"
+            ops = cmd[2:]
+            for j in range(0, len(ops), 4):
+                assert ops[j : j + 2] == ("SET", "u8")
+                value[int(str(ops[j + 2]).removeprefix("#"))] = cast(int, ops[j + 3])
+    return bytes(value)
+
+
+@given(st.data())
+def test_a_splits_directory_change_is_written_as_the_bytes_it_changes(data: st.DataObject):
+    """Splits of random buckets of random directories: the directory writes turn the directory
+    before into the one after, and send a byte for each slot deepened (and the half a doubling
+    added), never the whole directory again."""
+    directory = b""
+    rng_values = data.draw(st.lists(st.integers(0, 2**24 - 1), min_size=40, max_size=400, unique=True))
+    entries_at: dict[str, dict[bytes, bytes]] = {"d:0:0": {}}
+    for value in rng_values:
+        key, depth, prefix = bucket(directory, "d", value)
+        entries_at.setdefault(key, {})[str(value).encode()] = b"x"
+        if len(entries_at[key]) <= 4:
+            continue
+        done = split("d", directory, Bucket(key, depth, prefix), entries_at.pop(key), cap=4, slot=int)
+        assert done is not None
+        cmds = directory_writes("d", directory, done.directory, Bucket(key, depth, prefix))
+        assert _written(directory, cmds) == done.directory
+        if directory:
+            sent = sum(len(cast(bytes, c[2])) if c[0] == "APPEND" else (len(c) - 2) // 4 for c in cmds)
+            assert sent <= len(done.directory) - len(directory) + len(
+                range(prefix, len(directory), 1 << depth)
+            )
+        directory = done.directory
+        entries_at.update(done.buckets)
+    assert len(directory) >= 16  # it grew through doublings and deepenings
