@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 from confluent_kafka import KafkaError, KafkaException
@@ -71,4 +72,24 @@ def ensure_topics(settings: Settings, replication: int = 1, timeout: float = 30.
         except KafkaException as exc:
             if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise InfrastructureError(f"creating topic {name}: {exc.args[0].str()}") from None
+    _wait_visible(admin, created, timeout)
     return created
+
+
+def _wait_visible(admin: AdminClient, names: list[str], timeout: float) -> None:
+    """Until the broker's metadata shows every topic in `names` with its partitions: the
+    controller creates a topic, and a broker answers metadata from a cache that learns of it a
+    moment later, so a step right after (a backfill, a worker's start) could find it missing."""
+    deadline = time.monotonic() + timeout
+    missing = set(names)
+    while missing:
+        topics = admin.list_topics(timeout=timeout).topics
+        missing = {
+            n for n in missing if n not in topics or topics[n].error is not None or not topics[n].partitions
+        }
+        if missing and time.monotonic() > deadline:
+            raise InfrastructureError(
+                f"topics created but not in the broker's metadata: {', '.join(sorted(missing))}"
+            )
+        if missing:
+            time.sleep(0.05)
