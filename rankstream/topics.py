@@ -83,7 +83,7 @@ def _wait_visible(admin: AdminClient, names: list[str], timeout: float) -> None:
     deadline = time.monotonic() + timeout
     missing = set(names)
     while missing:
-        topics = admin.list_topics(timeout=timeout).topics
+        topics = admin.list_topics(timeout=max(deadline - time.monotonic(), 1.0)).topics
         missing = {
             n for n in missing if n not in topics or topics[n].error is not None or not topics[n].partitions
         }

@@ -279,12 +279,13 @@ class BoardStates:
             state.instances[name].cells.update(cells)
         state.metas.update(d.metas)
         req = d.write
-        for w in req.writes:  # what a transaction left in them, else unknown until read again
-            if isinstance(w, IdBucket | IndexBucket):
-                state.sizes.pop(w.key, None)
-                state.cutoffs.pop(w.key, None)
-                state.refreshed.pop(w.key, None)
-                state.refreshed.pop(req.keys.id_window, None)
+        buckets = [w.key for w in req.writes if isinstance(w, IdBucket | IndexBucket)]
+        for key in buckets:  # what a transaction left in them, else unknown until read again
+            state.sizes.pop(key, None)
+            state.cutoffs.pop(key, None)
+            state.refreshed.pop(key, None)
+        if buckets:  # the id window's directory: its expiry may have been set too
+            state.refreshed.pop(req.keys.id_window, None)
         state.sizes.update(reply.sizes)
         state.cutoffs.update(reply.cutoffs)
         state.refreshed.update(reply.refreshed)

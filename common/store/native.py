@@ -398,6 +398,11 @@ def _refresh(b: _Board, key: str, cmds: list[Cmd]) -> None:
     if known is not None and known + slack_s(b.req.id_window_s) >= b.now:
         b.refreshed[key] = known
         return
+    _expire(b, key, cmds)
+
+
+def _expire(b: _Board, key: str, cmds: list[Cmd]) -> None:
+    """Id window key `key`'s expiry set (id_ttl_ms), and when (the record _refresh reads)."""
     cmds.append(("PEXPIRE", key, b.id_ttl_ms))
     b.refreshed[key] = b.now
 
@@ -459,16 +464,14 @@ def _split(b: _Board, w: IdBucket | IndexBucket, entries: dict[bytes, bytes], ne
             cmds += _index_expiry(part_key, expire_at)
         else:
             cmds.append(("ZADD", part_key, *(x for e, v in part.items() for x in (v, e))))
-            cmds.append(("PEXPIRE", part_key, b.id_ttl_ms))
-            b.refreshed[part_key] = b.now
+            _expire(b, part_key, cmds)
     before = b.dirs[directory]
     cmds += directory_writes(directory, before, done.directory, at)
     b.dirs[directory] = done.directory
     if index:
         cmds += _index_expiry(directory, expire_at)
     elif not before:  # a directory just made: no expiry yet
-        cmds.append(("PEXPIRE", directory, b.id_ttl_ms))
-        b.refreshed[directory] = b.now
+        _expire(b, directory, cmds)
     else:
         _refresh(b, directory, cmds)
     return cmds
