@@ -72,6 +72,10 @@ def ensure_topics(settings: Settings, replication: int = 1, timeout: float = 30.
         except KafkaException as exc:
             if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise InfrastructureError(f"creating topic {name}: {exc.args[0].str()}") from None
+        except TimeoutError:  # no broker answered (a wrong bootstrap, or Kafka down)
+            raise InfrastructureError(
+                f"creating topic {name}: Kafka at {settings.kafka_bootstrap} did not answer in {timeout:g} s"
+            ) from None
     _wait_visible(admin, created, timeout)
     return created
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 from confluent_kafka.admin import AdminClient, ConfigResource  # type: ignore[attr-defined]  # re-exported at runtime, not in the stub's __all__
 
+from common.errors import InfrastructureError
+from rankstream.stack import free_port
 from rankstream.topics import ensure_topics
 
 pytestmark = pytest.mark.integration
@@ -54,3 +56,12 @@ def test_topics_are_created_as_the_contract_says(settings):
     assert configs["max.message.bytes"].value == str(16 * 1024 * 1024)
     for future in admin.delete_topics(list(created), operation_timeout=30).values():
         future.result(timeout=30)
+
+
+def test_topics_without_a_reachable_kafka_fail_with_one_clear_error(settings):
+    """A wrong bootstrap: `rankstream topics` fails with an error naming it (one line, exit 1,
+    through the CLI's InfrastructureError), not a bare TimeoutError's traceback."""
+    bootstrap = f"127.0.0.1:{free_port()}"
+    wrong = settings.model_copy(update={"kafka_bootstrap": bootstrap})
+    with pytest.raises(InfrastructureError, match=f"Kafka at {bootstrap} did not answer in 2 s"):
+        ensure_topics(wrong, timeout=2)
