@@ -7,13 +7,15 @@
    from them; best of two rounds; AOF on (as bench/redis_cost.py), off afterwards. Twice for the
    rolling type: before the next period's claim (3/4 of a bucket: its bucket and the current
    period) and after it (`_preparing`: the next period too); `rolling_cost_vs_calendar` weighs
-   them 3:1, as a steady stream pays them. The rolling board's current period is prepared (as a
-   board with earlier events has it: the worker decides its events, before the claim and
-   after it, the next period then read afresh for each call);
+   them by the share of a bucket before and after this board's claim (`claimed_share`:
+   worker/rolling.py claim_lead_ms), as a steady stream pays them. The rolling board's current
+   period is prepared (as a board with earlier events has it: the worker decides its events,
+   before the claim and after it, the next period then read afresh for each call);
    `rolling_vs_redis_decides`: before the claim, against apply.lua deciding every event.
 2. A board of MEMBERS members, windows [day, last_72h], filled early in hour bucket A by two
-   processes; in A's last quarter worker/rolling.py's RollingPreparer alone prepares period A+1.
-3. In A+1's last quarter one process applies RATE events/s (a call per TICK_MS) and one loops the
+   processes; from A's claim (claim_lead_ms before its end) worker/rolling.py's RollingPreparer
+   alone prepares period A+1.
+3. From A+1's claim one process applies RATE events/s (a call per TICK_MS) and one loops the
    preparer, which prepares A+2; once it is whole the clock jumps to LEAD_MS before A+2 and
    crosses, and period A's keys (a MEMBERS zset and its tie index) expire as they then would; it
    ends LEAD_MS after. Meanwhile the main process reads the current period's top 10 through the
@@ -62,12 +64,13 @@ from common.store.keys import BoardKeys, window_instance
 from common.store.pipe import RedisPipe
 from rankstream.stack import LocalRedis, free_port
 from worker.apply import MAX_EVENTS_PER_CALL, Applier, Position, Source
-from worker.rolling import PAGE, RollingPreparer
+from worker.rolling import PAGE, RollingPreparer, claim_lead_ms
 from worker.rolling_slots import RollingSlots
 
 FOLDER = REPO / ".stack" / "bench-rolling"
 PREFIX, ROLLING, BIG, BIG_TYPE = "r:", "last_72h", "big:room1", "big"
 HOUR, LEAD_MS, TICK_MS, READ_EVERY_MS, FILL_SLICE = 3_600_000, 5_000, 20, 5, 5_000
+DAY = 24 * HOUR
 BOARDS = parse_boards(
     "timezone: UTC\ntypes:\n  cal: {windows: [day, week]}\n  roll: {windows: [day, last_7d]}\n"
     f"  {BIG_TYPE}: {{windows: [day, {ROLLING}]}}\n"
@@ -92,6 +95,11 @@ _SHOWN = (
     "redis_runqueue_wait_ms", "box_stall_max_ms", "big_board_redis_us_per_event",
 )  # fmt: skip
 ROWS = [*(Row(goal, goal, at_most=True) for goal in GOALS), *(Row(name) for name in _SHOWN)]
+
+
+def _lead_ms() -> int:
+    """How long before bucket A+1 (A+2) begins the preparer claims the big board's period."""
+    return claim_lead_ms(HOUR, env_int("ROLLING_MEMBERS", 1_000_000))
 
 
 def _clock(offset: Synchronized[int]) -> Callable[[], int]:
@@ -172,8 +180,10 @@ def measure_cost(client: redis.Redis, rng: random.Random) -> Result:
     ]
     (cal, roll, prep, roll_lua), us = best, [sum(b.values()) / 2 for b in best]
     client.flushall()
+    claimed = claim_lead_ms(DAY, n) / DAY  # the share of a bucket (a day) this board pays us[2]
     return {
-        "rolling_cost_vs_calendar": ratio(0.75 * us[1] + 0.25 * us[2], us[0]),
+        "rolling_cost_vs_calendar": ratio((1 - claimed) * us[1] + claimed * us[2], us[0]),
+        "claimed_share": round(claimed, 4),
         "rolling_cost_vs_calendar_before_claim": ratio(us[1], us[0]),
         "rolling_cost_vs_calendar_preparing": ratio(us[2], us[0]),
         "calendar_us_per_event": round(us[0], 2),
@@ -218,7 +228,7 @@ def _preparer(port: int, offset: Synchronized[int], page: int) -> RollingPrepare
 
 
 def prepare_alone(client: redis.Redis, port: int, offset: Synchronized[int], a1: int, page: int) -> Result:
-    offset.value = a1 - 14 * 60_000 - int(time.time() * 1000)  # in bucket A's last quarter
+    offset.value = a1 - _lead_ms() - int(time.time() * 1000)  # at bucket A's claim
     pre = _preparer(port, offset, page)
     client.slowlog_reset()
     started, cpu = time.monotonic(), redis_cpu_s(client)
@@ -345,7 +355,7 @@ def boundary(client: redis.Redis, pid: int, offset: Synchronized[int], a1: int, 
     stop = ctx.Event()
     procs = [ctx.Process(target=_load, args=(port, offset, who, rate, stop)),
              ctx.Process(target=_prepare_loop, args=(port, offset, page, stop))]  # fmt: skip
-    offset.value = a1 + 46 * 60_000 - int(time.time() * 1000)  # in A+1's last quarter: A+2 is prepared
+    offset.value = crossing - _lead_ms() - int(time.time() * 1000)  # at A+1's claim: A+2 is prepared
     clock = _clock(offset)
     client.slowlog_reset()
     client.latency_reset()

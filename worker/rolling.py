@@ -1,8 +1,9 @@
-"""Prepares each board's next rolling period while the current one runs (README "Rolling windows").
+"""Prepares each board's next rolling period while the current one runs (docs/internals/rolling-windows.md).
 
-Period q+1 of `last_<N><unit>` is R[q] - B[q-N+1] + B[q+1] (worker/rolling_slots.py). In the
-last quarter of bucket q (PREPARE_FROM) this walks every member of period q and of bucket q+1
-and derives its state in q+1; from the moment it claims the period, events write q+1 for the
+Period q+1 of `last_<N><unit>` is R[q] - B[q-N+1] + B[q+1] (worker/rolling_slots.py). Late in
+bucket q (claim_lead_ms before its end: a twentieth of the bucket, more for a board whose walk
+takes longer, at most a quarter) this walks every member of period q and of bucket q+1 and
+derives its state in q+1; from the moment it claims the period, events write q+1 for the
 members they touch too (before, they spare that write: the walk comes after them). So at the
 boundary the next period is already whole: no job after it, no moment where it is wrong.
 
@@ -22,7 +23,7 @@ after, then the marker says "done". Every call is one page: a page of 25 members
 under a millisecond on a board of any size. On hot boards each page's states go to update_cache
 (acknowledged) before the marker is set, so memory holds the next period whole at the boundary
 too. A set is walked while its bucket is current and the one before it (a worker that was down
-through a bucket's last quarter catches up: until it has, that board's period lacks the members
+through a bucket's claim catches up: until it has, that board's period lacks the members
 nobody touched; each derive writes the exact state, so the catch-up heals it)."""
 
 from __future__ import annotations
@@ -61,15 +62,29 @@ from worker.rolling_slots import RollingSlots, unit_window
 _log = logging.getLogger(__name__)
 T = TypeVar("T")
 PAGE = 25  # members per derive call: under 1 ms of Redis each (~30 us a member on a big board)
-# a period is prepared from when this share of the bucket before it has passed: until then events
-# spare the write to it (apply.lua: the walk, which comes after, derives every member anyway)
-PREPARE_FROM = 0.75
+# A board's next period is claimed this share of a bucket before it begins, or earlier for a big
+# board: its walk's expected time (WALK_US a member: 35-69 s per 1M members measured on this
+# box, alone) LEAD_SAFETY times over, but never earlier than LEAD_MAX. Until the claim events
+# spare the write to it (apply.lua: the walk, which comes after, derives every member anyway);
+# after it every event writes it too, which costs a rolling window about 1.7x (bench rolling
+# `rolling_cost_vs_calendar_preparing`): the shorter that stretch, the cheaper the window.
+LEAD_MIN = 0.05
+LEAD_MAX = 0.25
+WALK_US = 70
+LEAD_SAFETY = 4
 LEASE_MS = 120_000  # a claim a crashed worker left is taken over after this
 # a walk stops deriving at its source period's end, or this long before the source's late grace
 # ends if the grace is shorter: what the workers' clocks may differ by, and a call take (_walk)
 CLOCK_MARGIN_MS = 1_000
 RENEW_S = 5.0  # a claim held is renewed this often
 DONE = b"done"
+
+
+def claim_lead_ms(bucket_ms: int, members: int) -> int:
+    """How long before its period begins a board's next period of `members` is claimed, with
+    buckets of `bucket_ms` (LEAD_MIN, LEAD_MAX, WALK_US, LEAD_SAFETY above)."""
+    walk_ms = members * WALK_US * LEAD_SAFETY // 1000
+    return min(int(bucket_ms * LEAD_MAX), max(int(bucket_ms * LEAD_MIN), walk_ms))
 
 
 class PrepareError(Exception):
@@ -111,6 +126,7 @@ class RollingPreparer:
         self._script = ApplyScript()
         self._done: set[tuple[str, str, str]] = set()  # (unit, bucket, board) prepared whole
         self._clean: dict[str, int] = {}  # due set -> its size when a pass found all of it done
+        self._claims: dict[tuple[str, str, str], int] = {}  # (board, window, bucket) -> claimed at
         # each unit's windows (one per name: types share them)
         windows = {w.name: w for t in boards.types.values() for w in t.rolling}
         self._windows: dict[str, list[Window]] = {}
@@ -123,15 +139,18 @@ class RollingPreparer:
         """One pass; False when nothing is left to do for now. Per unit: the period that began
         with this bucket for each board due in the bucket before (done then, normally; rebuilt
         from its buckets now if nobody prepared it), after an outage every board with events in
-        the window, and in the bucket's last quarter the next period of each board due now."""
+        the window, and late in the bucket the next period of each board due now (claim_lead_ms
+        before its end, by the board's size)."""
         now = self._clock()
         pending = False
         if len(self._done) > 1_000_000:
             self._done.clear()
+        if len(self._claims) > 1_000_000:
+            self._claims.clear()
         for unit, window in self._units.items():
             cur = self._slots.bucket_at(window, now)
             previous = self._slots.shift(window, cur, -1)
-            pending |= self._pass(unit, previous, now, rebuild=True)
+            pending |= self._pass(unit, previous, now, rebuild=True) is True
             ready = rolling_ready(self._prefix, unit, cur.id)
             if (unit, cur.id, "") not in self._done and not self._client.exists(ready):
                 # the first bucket any worker prepares in: nothing was prepared before, nothing missed
@@ -141,10 +160,11 @@ class RollingPreparer:
                 else:
                     self._mark_ready(ready, window, cur)
                     self._done.add((unit, cur.id, ""))
-            if now >= cur.start_ms + int((cur.end_ms - cur.start_ms) * PREPARE_FROM):
-                if self._pass(unit, cur, now, rebuild=False):
+            if now >= cur.end_ms - int((cur.end_ms - cur.start_ms) * LEAD_MAX):  # the earliest claim
+                left = self._pass(unit, cur, now, rebuild=False)
+                if left:
                     pending = True
-                else:  # every board due now has its next period: no catch-up after the boundary
+                elif left is False:  # every board due now has its next period: no catch-up after the boundary
                     following = self._slots.shift(window, cur, 1)
                     self._mark_ready(rolling_ready(self._prefix, unit, following.id), window, following)
         return pending
@@ -159,26 +179,30 @@ class RollingPreparer:
     def _mark_ready(self, key: str, window: Window, bucket: Period) -> None:
         self._client.set(key, 1, pxat=self._slots.shift(window, bucket, 2).start_ms)
 
-    def _pass(self, unit: str, bucket: Period, now: int, *, rebuild: bool) -> bool:
-        """Prepare the period after `bucket` for every board due in it; True if some is left."""
+    def _pass(self, unit: str, bucket: Period, now: int, *, rebuild: bool) -> bool | None:
+        """Prepare the period after `bucket` for every board due in it; True if some is left,
+        None if only boards whose claim has not come are (nothing to do before it)."""
         key = rolling_due(self._prefix, unit, bucket.id)
         size = int(self._client.scard(key))
         if self._clean.get(key) == size:
             return False  # every board in it done, none added since
-        left = False
+        left, waiting, claim_in = False, False, None if rebuild else bucket
         for raw in self._client.sscan_iter(key, count=500):
-            board = text(raw)
-            if not self._board(board, unit, bucket.id, now, rebuild=rebuild):
-                left = True
-        if not left:
-            if len(self._clean) > 64:
-                self._clean.clear()
-            self._clean[key] = size
-        return left
+            done = self._board(text(raw), unit, bucket.id, now, rebuild=rebuild, claim_in=claim_in)
+            left |= done is False
+            waiting |= done is None
+        if left:
+            return True
+        if waiting:
+            return None
+        if len(self._clean) > 64:
+            self._clean.clear()
+        self._clean[key] = size
+        return False
 
     def _catch_up(self, unit: str, cur: Period, now: int) -> bool:
-        """Nobody finished preparing the period `cur` begins (the workers were down through the
-        last quarter of the bucket before, or longer): rebuild it from the buckets for every board
+        """Nobody finished preparing the period `cur` begins (the workers were down from the
+        claim to the end of the bucket before, or longer): rebuild it from the buckets for every board
         with events in the window. True if some is left."""
         left = False
         for window in self._windows[unit]:
@@ -194,33 +218,68 @@ class RollingPreparer:
         return left
 
     def _board(
-        self, board: str, unit: str, bucket_id: str, now: int, *, rebuild: bool, only: str = ""
-    ) -> bool:
+        self,
+        board: str,
+        unit: str,
+        bucket_id: str,
+        now: int,
+        *,
+        rebuild: bool,
+        only: str = "",
+        claim_in: Period | None = None,
+    ) -> bool | None:
         """The period after `bucket_id` of each of the board's rolling windows of `unit` (or of
         window `only`); True when every one is done (by us or another worker). A board that fails
-        is counted and left for the next pass; the others go on."""
+        is counted and left for the next pass; the others go on. `claim_in`: the bucket whose
+        end the claim counts back from (by the board's size: _claim_at; None if it has not come
+        for some window, and none failed); None: claimed now."""
         if (unit, bucket_id, board) in self._done:
             return True
         parts = split_board(board)
         board_type = None if parts is None else self._boards.type_for(parts[0])
         if board_type is None:
             return True  # no longer in the config: nothing to prepare
-        complete = True
+        complete, waiting = True, False
         for window in board_type.rolling:
             if window.rolling_unit != unit or (only and window.name != only):
                 continue
             try:
                 source = parse_period(window, bucket_id, self._boards.timezone)
-                if not self._prepare(board, board_type, window, source, now=now, rebuild=rebuild):
+                if claim_in is not None and now < self._claim_at(board, window, source, claim_in):
+                    waiting = True  # not yet: events spare the write to it meanwhile
+                elif not self._prepare(board, board_type, window, source, now=now, rebuild=rebuild):
                     complete = False
             except (PrepareError, redis.ResponseError) as exc:
                 _log.warning("rolling period not prepared", extra={"board": board, "error": str(exc)})
                 if self.metrics is not None:
                     self.metrics.rolling_failures.inc()
                 complete = False
-        if complete and not only:
+        if not complete:
+            return False
+        if waiting:
+            return None
+        if not only:
             self._done.add((unit, bucket_id, board))
-        return complete
+        return True
+
+    def _claim_at(self, board: str, window: Window, source: Period, bucket: Period) -> int:
+        """When the period after `source` is claimed: claim_lead_ms before `bucket` ends, by its
+        members (period q's and the entering bucket's, read once per board and bucket)."""
+        cached = (board, window.name, bucket.id)
+        at = self._claims.get(cached)
+        if at is None:
+            keys = BoardKeys(self._prefix, board)
+            instance = window_instance(window.name, source.id)
+            entering = bucket_instance(window.name, self._slots.shift(window, source, 1).id)
+            pipe = self._client.pipeline(transaction=False)
+            pipe.zcard(keys.rank(instance))
+            pipe.zcard(keys.overflow(instance))
+            pipe.hlen(keys.state(instance))
+            pipe.hlen(keys.bucket(entering))
+            members = sum(int(n) for n in pipe.execute())
+            lead = claim_lead_ms(bucket.end_ms - bucket.start_ms, members)
+            at = self._claims[cached] = bucket.end_ms - lead
+        return at
 
     def _prepare(
         self, board: str, board_type: BoardType, window: Window, source: Period, *, now: int, rebuild: bool

@@ -1,4 +1,4 @@
-"""Which instances of a rolling window `last_<N><unit>` an event touches (README "Rolling windows").
+"""Which instances of a rolling window `last_<N><unit>` an event touches (docs/internals/rolling-windows.md).
 
 A rolling window's period q (named by its newest bucket) sums the buckets q-N+1..q: calendar
 periods of its unit. In Redis each bucket b is a hash (the member's board over b's events alone)
@@ -10,7 +10,7 @@ and each period a board of its own. An event whose bucket is b writes, per rolli
     preparation began (apply.lua checks its marker). Its inputs ride in the call without
     counting the event (`deps`).
 So an event costs at most three writes per rolling window (its bucket, the current period and,
-in the last quarter of the bucket, the next) plus one per closed period within late grace. A
+late in the bucket, from the claim, the next) plus one per closed period within late grace. A
 bucket further ahead than cur+1 (the allowed clock skew) is only stored: it enters the periods
 when worker/rolling.py prepares them.
 A delete (and an erase) takes the member out of every bucket that may still be read and of every

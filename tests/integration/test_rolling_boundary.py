@@ -1,11 +1,11 @@
 """A board of RANKSTREAM_TEST_BOARD_MEMBERS (20k) members whose rolling window `last_3h` crosses an
 hour boundary under load: the period worker/rolling.py prepares ahead is exactly right.
 
-Buckets are UTC hours; in the last quarter of bucket q the preparer prepares period q+1.
+Buckets are UTC hours; late in bucket q (its claim) the preparer prepares period q+1.
 1. Clock early in q (period q-1 still in its late grace): one event per member, its ts in q-2,
    q-1, q or q+1 (Applier, two threads).
 2. Clock in q: incr, set, best, incr 0 and delete events with ts in q-2 .. q+1 for some members.
-3. Clock in q's last quarter: a thread applies events at a steady rate while another runs the
+3. Clock at q's claim: a thread applies events at a steady rate while another runs the
    preparer, which prepares q+1; once it is whole the clock jumps to just before q+1 and crosses
    it, the old period q-1's keys expire then (lazyfree-lazy-expire on), the load goes on 2 s.
 Then q+1, now current, must hold exactly, per member, the sum of its values in buckets q-1, q and
@@ -38,7 +38,7 @@ from common.boards import parse_boards
 from common.events import Op, UpdateEvent
 from common.store.encoding import TIE_MAX, TIE_WIDTH
 from worker.apply import Applier
-from worker.rolling import RollingPreparer
+from worker.rolling import RollingPreparer, claim_lead_ms
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1200)]  # 1M members: 6 min on a slow day
 
@@ -205,7 +205,7 @@ def test_a_rolling_board_prepared_under_load_crosses_a_boundary_exactly(settings
             if not preparer.step():
                 time.sleep(0.05)
 
-        sim.set(q + 46 * 60_000)
+        sim.set(q + HOUR - claim_lead_ms(HOUR, MEMBERS))  # the claim comes at once
         threads = [_loop(stop, tick), _loop(stop, prepare)]
         try:
             deadline = time.monotonic() + PREPARE_WAIT_S

@@ -32,6 +32,7 @@ from common.events import Op, UpdateEvent
 from common.store import scan
 from tests.redis_layout import read_general
 from tests.rolling_model import HOUR, MINUTE, BoardType, Model
+from worker import rolling
 from worker.apply import Applier
 from worker.rolling import RollingPreparer
 
@@ -209,3 +210,40 @@ def test_a_prepared_period_is_registered_for_its_successor_before_it_is_marked_d
     scene.prepare()
     assert scene.model.members(BOARD, WINDOW, scene.period(2)) == {"l00": (5, q - 40 * MINUTE)}
     scene.assert_exact(scene.period(2))
+
+
+def _claimed_only_from(scene: Scene, lead_ms: int, before_claim: Callable[[], None] = lambda: None) -> None:
+    """Ten members in bucket q; q+1 is not claimed lead_ms + 1 ms before q ends, and is, whole,
+    lead_ms before it. `before_claim` runs between the two."""
+    q = scene.q
+    for i in range(10):
+        scene.send(f"l{i:02d}", 5, q + 10 * MINUTE)
+    scene.now = q + HOUR - lead_ms - 1
+    scene.prepare()
+    assert scene.marker(scene.period(1)) is None
+    before_claim()
+    scene.now += 1
+    scene.prepare()
+    assert scene.marker(scene.period(1)) == b"done"
+
+
+def test_a_board_is_claimed_a_twentieth_of_the_bucket_before_its_end_and_events_spare_it_until_then(
+    scene: Scene,
+) -> None:
+    """The shorter the stretch after the claim, in which every event writes the next period too,
+    the cheaper a rolling window: a small board's walk takes milliseconds, so it is claimed in
+    the bucket's last twentieth (3 minutes of an hour), not its last quarter."""
+    # before the claim the event spares q+1 (the walk carries it); after it, it writes q+1 itself
+    _claimed_only_from(scene, 3 * MINUTE, lambda: scene.send("l00", 2, scene.now))
+    scene.send("l01", 4, scene.now)
+    scene.assert_exact(scene.period(1))
+
+
+def test_a_board_whose_walk_takes_longer_is_claimed_earlier(
+    scene: Scene, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """claim_lead_ms by the board's size, read from Redis: with a walk priced at 15 s a member,
+    ten members are claimed 10 minutes before the end (LEAD_SAFETY 4 x 10 x 15 s)."""
+    monkeypatch.setattr(rolling, "WALK_US", 15_000_000)
+    _claimed_only_from(scene, 10 * MINUTE)
+    scene.assert_exact(scene.period(1))

@@ -1,8 +1,8 @@
 """Two workers and the rolling preparer on one board at once (issue 30: the design is weakest where
 others write the board the worker keeps). Workers A and B apply two partitions of one board's
 events concurrently (batch by batch, in lockstep), each deciding from its own kept state of the
-board; some ids reach both partitions (a producer retry on another partition). Halfway, in the
-last quarter of the hour, the preparer claims the next rolling period and walks the board while
+board; some ids reach both partitions (a producer retry on another partition). Halfway, late in the
+hour, the preparer claims the next rolling period and walks the board while
 the workers go on, each writing that period too, as the walk does. Incr events only, so the
 end state does not depend on which worker applied what first; it must equal an independent sum
 of the distinct events: each member's score in total and its day, and its score and latest
@@ -29,7 +29,7 @@ from tests.helpers import BOTH_TOPOLOGIES, wait_for
 from tests.redis_layout import read_general
 from worker.apply import Applier, Position, Source
 from worker.boardstate import BoardStates
-from worker.rolling import RollingPreparer
+from worker.rolling import RollingPreparer, claim_lead_ms
 
 pytestmark = [pytest.mark.integration, BOTH_TOPOLOGIES]
 HOUR = 3_600_000
@@ -94,7 +94,8 @@ def _scores(client: redis.Redis, key: str) -> dict[str, float]:
 def test_two_workers_and_the_preparer_on_one_board_end_as_the_model(rclient):
     prefix = f"tw{time.time_ns()}:"
     real = int(time.time() * 1000)
-    start = real - real % HOUR + HOUR + 50 * 60_000  # the last quarter of the next hour: prepared now
+    # the next hour's claim (worker/rolling.py claim_lead_ms): its next rolling period is prepared now
+    start = real - real % HOUR + 2 * HOUR - claim_lead_ms(HOUR, len(MEMBERS))
     parts = _stream(random.Random(7), start)
     boards = parse_boards(CONFIG)
     workers = [Applier(rclient, boards, prefix, 3600, now_ms=lambda: start, epoch="E") for _ in (0, 1)]
