@@ -4,7 +4,7 @@ turned into a JSON error (api/errors.py), timed by route for /metrics.
 It wraps each handler where its route is added, rather than being an aiohttp middleware: with
 any middleware aiohttp adds one of its own per request (the current app's bookkeeping) and looks
 the chain up in a cache, and the two cost about 3 us of the ~30 us a warm answer takes (measured:
-README "Warm boards and the read path"). A path no route has, or a method its route does not take,
+docs/internals/read-path.md). A path no route has, or a method its route does not take,
 reaches the catch-all route, which answers the JSON 404 or 405 that aiohttp would answer in text.
 """
 

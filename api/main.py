@@ -130,7 +130,7 @@ def run_api(settings: Settings) -> int:
     app = create_app(settings, boards, service_clock(settings))
     state = app[APP_STATE]
     _log.info("api starting", extra={"port": settings.api_port})
-    uvloop.run(_serve(app, settings))  # about a third less CPU per request (README "Read path")
+    uvloop.run(_serve(app, settings))  # about a third less CPU per request (docs/internals/read-path.md)
     seconds = None
     if state.deadline.started.is_set():
         seconds = round(settings.shutdown_deadline_s - state.deadline.remaining(), 3)

@@ -1,4 +1,4 @@
-"""The answers of CONTRACT section 6, built from a BoardReader (Redis or memory) with the rank
+"""The answers of docs/contract.md §6, built from a BoardReader (Redis or memory) with the rank
 rules of common/ranking.py, so every route and every source ranks the same way."""
 
 from __future__ import annotations

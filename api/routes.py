@@ -1,4 +1,4 @@
-"""The leaderboard routes of CONTRACT section 6."""
+"""The leaderboard routes of docs/contract.md §6."""
 
 from __future__ import annotations
 

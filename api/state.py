@@ -27,7 +27,7 @@ class ApiState:
     key_prefix: str
     warm: WarmCache  # answers of non-hot boards (api/warm.py)
     hot: HotBoards
-    max_future_skew_s: int  # bounds at= and period= like event times (CONTRACT 2)
+    max_future_skew_s: int  # bounds at= and period= like event times (docs/contract.md §2)
     clock: Clock = system_ms  # the service's clock (common/clock.py)
     metrics: ApiMetrics = field(default_factory=ApiMetrics)
     # serialised top pages of hot boards by (board, instance, view, page, version): never stale

@@ -1,4 +1,4 @@
-"""Board types: which boards exist, how they rank, which windows they keep (CONTRACT section 3).
+"""Board types: which boards exist, how they rank, which windows they keep (docs/contract.md §3).
 
 The worker and the API both load the same YAML file at start-up. Every mistake becomes one
 `ConfigError` line, `<source>: <key.path>: <reason>`, so a bad deploy fails before it consumes or
@@ -67,7 +67,7 @@ MAX_RETENTION: Mapping[str, int] = MappingProxyType(
 )
 MAX_FIXED_RETENTION_DAYS = 400
 MAX_LATE_GRACE_MS = 366 * 86_400_000
-# period_results (CONTRACT 6): the most members one period's result record carries, and how many
+# period_results (docs/contract.md §6): the most members one period's result record carries, and how many
 # when the declaration does not say
 MAX_RESULT_TOP = 10_000
 DEFAULT_RESULT_TOP = 100

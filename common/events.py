@@ -1,4 +1,4 @@
-"""The update event (CONTRACT section 2): a Kafka message value in, valid events and rejections out.
+"""The update event (docs/contract.md §2): a Kafka message value in, valid events and rejections out.
 
 This is the worker's hot path (100k+ events/s), so it checks the decoded dicts by hand instead of
 building a pydantic model per event. It never raises on input: every problem is a `BadEvent` with a
@@ -27,7 +27,7 @@ MAX_META_BYTES = 1024
 # 2**53 - 1: with both operands within it, a sum within it is computed exactly and a sum
 # beyond it lands at >= 2**53, so apply.lua can refuse it instead of rounding silently
 MAX_EXACT_SCORE = 2**53 - 1
-# The accepted event times (CONTRACT 2): from 2000-01-01T00:00Z to now plus the allowed future
+# The accepted event times (docs/contract.md §2): from 2000-01-01T00:00Z to now plus the allowed future
 # skew. Bounding both ends keeps every period, expiry and tie computation far from the calendar's
 # limits (year 9999 overflowed the period math and killed the worker on every restart).
 MIN_TS_MS = 946_684_800_000

@@ -1,4 +1,4 @@
-"""The id window (CONTRACT 2 and 4): the same (board, id) produced again less than the window
+"""The id window (docs/contract.md §2 and 4): the same (board, id) produced again less than the window
 after it was applied is a producer duplicate. apply.lua remembers ids through
 common/lua/idwindow.lua; this module holds what the worker computes for it.
 

@@ -1,4 +1,4 @@
-"""Period results (CONTRACT 6, README "Period results"): the record a closed period emits to
+"""Period results (docs/contract.md §6, docs/period-results.md): the record a closed period emits to
 rank_period_closed, its key, when it is due, and how it is read from Redis. The worker emits it
 (worker/results.py), `rankstream periods --republish` re-emits it (rankstream/periods.py).
 

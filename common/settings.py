@@ -1,4 +1,4 @@
-"""The one frozen settings model, read from the environment (CONTRACT section 7).
+"""The one frozen settings model, read from the environment (docs/contract.md §7).
 
 Every `RANKSTREAM_*` variable must be a known setting or a `RANKSTREAM_KAFKA_<key>`
 librdkafka pass-through; anything else is a typo and stops the process with one line.
@@ -22,78 +22,232 @@ ENV_PREFIX = "RANKSTREAM_"
 KAFKA_PASSTHROUGH_PREFIX = "RANKSTREAM_KAFKA_"
 # librdkafka keys whose values are credentials: kept as SecretStr so they never print.
 _SECRET_MARKERS = ("password", "secret", "key.pem", "token")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
 class Settings(BaseModel):
-    """Process configuration. Defaults point at the local stack (`rankstream stack up`)."""
+    """Process configuration. Defaults point at the local stack (`rankstream stack up`).
+
+    Every field's `description` is written for users: docs/configuration.md is generated from
+    them (`python -m common.settings_doc`), and a unit test fails when the two differ."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    kafka_bootstrap: str = "127.0.0.1:9092"
-    redis_url: SecretStr = SecretStr("redis://127.0.0.1:6379/0")
-    # true: RANKSTREAM_REDIS_URL names any node of a Redis Cluster (database 0); every client
-    # discovers the others and follows MOVED/ASK (common/clients.py, common/store/cluster.py)
-    redis_cluster: bool = False
-    # > 0: before committing a batch the worker waits until every master has this many replicas
-    # holding its writes (WAIT), so a failover loses nothing committed (common/store/replicas.py)
-    redis_wait_replicas: int = Field(default=0, ge=0, le=16)
-    redis_wait_timeout_ms: int = Field(default=1_000, ge=1, le=4_000)  # below the 5 s socket timeout
-    boards: Path = Path("boards.yaml")
-    topic_updates: str = "update_rank"
-    topic_dlq: str = "update_rank.dlq"
-    topic_cache: str = "update_cache"
-    topic_results: str = "rank_period_closed"  # period results (CONTRACT 6; worker/results.py)
-    worker_group: str = "rankstream-worker"
-    # This worker's name in its transactional.id (`<group>-<worker_id>`); default
-    # `<hostname>-<pid>`: in a pod that is the pod name and pid 1, stable across container
-    # restarts, so a restarted worker aborts its predecessor's open transaction at once.
-    worker_id: str = Field(default="", pattern=r"^[A-Za-z0-9._-]{0,200}$")
-    # Prefix of every Redis key: lets several deployments (or tests) share one Redis.
-    key_prefix: str = "rs:"
-    # The id window (CONTRACT 2): the same (board, id) produced again less than this after it was
-    # applied is dropped as a producer duplicate. Redelivery never depends on it (offset fences).
-    id_window_s: int = Field(default=3600, ge=1, le=30 * 86_400)
-    # The previous release's per-event dedupe records lived this long; while its boards are adopted
-    # (for one id window after the upgrade) the worker honours and writes them with this TTL.
-    dedupe_window_s: int = Field(default=7 * 24 * 3600, ge=60)
-    # New general window instances keep a tie index (README "Boards"); false: a state hash, as
-    # releases before the tie index wrote, for a rolling upgrade from one (README "Upgrading").
-    tie_index: bool = True
-    # Latest accepted event time = now + this (CONTRACT 2); also bounds the API's at= and period=.
-    max_future_skew_s: int = Field(default=86_400, ge=0, le=366 * 86_400)
-    worker_batch_size: int = Field(default=5000, ge=1, le=100_000)
-    worker_batch_timeout_ms: int = Field(default=50, ge=1, le=60_000)
-    worker_http_port: int = Field(default=8081, ge=0, le=65535)
-    # How long a starting worker waits for Kafka to answer (its transactional id registered)
-    # before it exits 1 with one line; its pod then restarts with back-off.
-    worker_start_timeout_s: float = Field(default=30.0, gt=0, le=600)
-    # The board state a worker keeps to decide events itself (README "Where the work happens"):
-    # at most this many (member, window period) entries; 0 = Redis decides every event (apply.lua).
-    worker_state_cells: int = Field(default=1_000_000, ge=0, le=100_000_000)
-    shutdown_deadline_s: float = Field(default=20.0, gt=0)
-    api_host: str = "0.0.0.0"  # noqa: S104 - a server in a pod listens on every interface
-    api_port: int = Field(default=8080, ge=0, le=65535)
-    # The warm cache of non-hot boards' answers (api/warm.py): the MiB of answers it keeps (0:
-    # off), and how often a node checks the seq of the boards it keeps (the bound on staleness
-    # when a change notice is lost).
-    warm_cache_mb: int = Field(default=64, ge=0, le=64 * 1024)
-    warm_check_s: float = Field(default=1.0, gt=0, le=60)
-    # Deprecated: the 1 s TTL cache the warm cache replaced. Accepted so deployments that set it
-    # still start; 0 turns the warm cache off (as it turned the TTL cache off), other values do
-    # nothing.
-    top_cache_ttl_s: float = Field(default=1.0, ge=0)
-    log_level: str = "INFO"
-    # Tests only: the service clock is this file's (common/clock.py ClockFile), read at every call,
-    # not the system's. Never set in a deployment.
-    test_clock_file: Path | None = None
+    kafka_bootstrap: str = Field(
+        default="127.0.0.1:9092",
+        description="Kafka bootstrap servers (librdkafka's `bootstrap.servers`): `host:port`, several "
+        "separated by commas.",
+    )
+    redis_url: SecretStr = Field(
+        default=SecretStr("redis://127.0.0.1:6379/0"),
+        description="Redis URL, credentials included (`redis://:<password>@host:6379/0`, `rediss://` "
+        "for TLS); a secret: never logged. With `RANKSTREAM_REDIS_CLUSTER=true`: any node of the "
+        "cluster (database 0).",
+    )
+    # common/clients.py, common/store/cluster.py
+    redis_cluster: bool = Field(
+        default=False,
+        description="`true`: Redis is a Redis Cluster. `RANKSTREAM_REDIS_URL` names any node "
+        "(database 0); every process discovers the others from it and follows slots as they move "
+        "(MOVED/ASK). See [scaling out](deploy/scaling.md).",
+    )
+    # common/store/replicas.py
+    redis_wait_replicas: int = Field(
+        default=0,
+        ge=0,
+        le=16,
+        description="Greater than 0: before committing a batch the worker waits (Redis `WAIT`) until "
+        "every master has this many replicas holding its writes, so a failover loses nothing "
+        "committed; fewer within `RANKSTREAM_REDIS_WAIT_TIMEOUT_MS`: the batch is not committed but "
+        "retried. `0`: the worker does not wait.",
+    )
+    redis_wait_timeout_ms: int = Field(
+        default=1_000,
+        ge=1,
+        le=4_000,  # below the 5 s socket timeout
+        description="How long the worker waits for the replicas `RANKSTREAM_REDIS_WAIT_REPLICAS` asks "
+        "for (milliseconds); fewer confirmations within it: the batch is retried, not committed. At "
+        "most 4000, below the 5 s timeout of the worker's Redis connections.",
+    )
+    boards: Path = Field(
+        default=Path("boards.yaml"),
+        description="The board config file (YAML; see [board types](boards.md)). `make` sets "
+        "`deploy/boards.yaml`, the container image `/etc/rankstream/boards.yaml`.",
+    )
+    topic_updates: str = Field(
+        default="update_rank",
+        description="Kafka topic of the update events the workers consume.",
+    )
+    topic_dlq: str = Field(
+        default="update_rank.dlq",
+        description="Kafka topic the worker dead-letters events to that can never be applied, each "
+        "with its reason.",
+    )
+    topic_cache: str = Field(
+        default="update_cache",
+        description="Compacted Kafka topic of the hot boards' member states: the workers publish it, "
+        "every API node replays it before it is ready.",
+    )
+    # docs/contract.md §6; worker/results.py
+    topic_results: str = Field(
+        default="rank_period_closed",
+        description="Kafka topic each closed period's final standings go to, once, for the boards "
+        "that declare `period_results` (see [period results](period-results.md)).",
+    )
+    worker_group: str = Field(
+        default="rankstream-worker",
+        description="The workers' Kafka consumer group; also the start of their transactional ids "
+        "(`<group>-<worker id>`).",
+    )
+    worker_id: str = Field(
+        default="",
+        pattern=r"^[A-Za-z0-9._-]{0,200}$",
+        description="This worker's name in its Kafka transactional id (`<group>-<worker id>`). Empty "
+        "(the default): `<hostname>-<pid>`; in a Kubernetes pod that is the pod name and pid 1, "
+        "stable across container restarts, so a restarted worker aborts its predecessor's open "
+        "transaction at once (the Kubernetes manifest sets the pod name).",
+    )
+    key_prefix: str = Field(
+        default="rs:",
+        description="Prefix of every Redis key: lets several deployments (or tests) share one Redis. "
+        "It must not contain `{` or `}`.",
+        json_schema_extra={"allowed": "string without `{` or `}`"},
+    )
+    # docs/contract.md §2
+    id_window_s: int = Field(
+        default=3600,
+        ge=1,
+        le=30 * 86_400,
+        description="The id window (seconds): the same (board, id) produced again less than this "
+        "after it was applied is dropped as a producer duplicate. Redelivery never depends on it "
+        "(offset fences). See [delivery guarantees](guarantees.md).",
+    )
+    dedupe_window_s: int = Field(
+        default=7 * 24 * 3600,
+        ge=60,
+        description="Only while adopting a Redis written by release 0.1.0 (for one id window after "
+        "the upgrade): the TTL (seconds) of 0.1.0's per-event id records, which the worker honours "
+        "and writes meanwhile. The default is 0.1.0's own.",
+    )
+    tie_index: bool = Field(
+        default=True,
+        description="`true`: new general window instances keep a tie index. `false`: they get a state "
+        "hash instead, as releases before the tie index wrote: for a rolling upgrade from one (see "
+        "[upgrading](operations/upgrading.md)).",
+    )
+    # docs/contract.md §2
+    max_future_skew_s: int = Field(
+        default=86_400,
+        ge=0,
+        le=366 * 86_400,
+        description="Latest accepted event time: the Kafka message's timestamp (now, when that is not "
+        "plausible) plus this many seconds; a later event is dead-lettered. Also bounds the API's "
+        "`at=` and `period=` (now plus this).",
+    )
+    worker_batch_size: int = Field(
+        default=5000,
+        ge=1,
+        le=100_000,
+        description="Most messages a worker applies as one batch: what is already fetched, up to this "
+        "many, never waiting to fill it. A larger batch gives each board more events per Redis "
+        "call, each of which has a fixed cost.",
+    )
+    worker_batch_timeout_ms: int = Field(
+        default=50,
+        ge=1,
+        le=60_000,
+        description="How long a worker waits for the first message of a batch (milliseconds); the "
+        "rest of the batch is what is already fetched.",
+    )
+    worker_http_port: int = Field(
+        default=8081,
+        ge=0,
+        le=65535,
+        description="Port of the worker's probes (`/livez`, `/readyz`) and `/metrics`.",
+    )
+    worker_start_timeout_s: float = Field(
+        default=30.0,
+        gt=0,
+        le=600,
+        description="How long a starting worker waits for Kafka to answer (its transactional id "
+        "registered) before it exits with status 1 and one error line; its pod then restarts with "
+        "back-off.",
+    )
+    # worker/boardstate.py; 0: apply.lua decides every event
+    worker_state_cells: int = Field(
+        default=1_000_000,
+        ge=0,
+        le=100_000_000,
+        description="How many (member, window period) states a worker keeps to decide events itself, "
+        "least recently used boards out first; `0`: Redis decides every event, as in release 0.1.0 "
+        "(see [the write path](internals/write-path.md)).",
+    )
+    shutdown_deadline_s: float = Field(
+        default=20.0,
+        gt=0,
+        description="On SIGTERM, every blocking call after it is bounded by this (seconds) and the "
+        "process exits within it: keep Kubernetes' `terminationGracePeriodSeconds` above it "
+        "(see [shutdown](operations/shutdown.md)).",
+    )
+    api_host: str = Field(
+        default="0.0.0.0",  # noqa: S104 - a server in a pod listens on every interface
+        description="Address the API node listens on (`0.0.0.0`: every interface).",
+    )
+    api_port: int = Field(
+        default=8080,
+        ge=0,
+        le=65535,
+        description="Port of the API node's HTTP server; also the one `rankstream top` and "
+        "`rankstream member` ask by default.",
+    )
+    # The warm cache: api/warm.py
+    warm_cache_mb: int = Field(
+        default=64,
+        ge=0,
+        le=64 * 1024,
+        description="MiB of answers of non-hot boards an API node keeps in memory until their board "
+        "changes (the least recently used go first); `0` turns the warm cache off. See "
+        "[the read path](internals/read-path.md).",
+    )
+    warm_check_s: float = Field(
+        default=1.0,
+        gt=0,
+        le=60,
+        description="How often (seconds) an API node compares the seq of the boards it keeps answers "
+        "of with Redis: the bound on staleness when a change notice is lost.",
+    )
+    top_cache_ttl_s: float = Field(
+        default=1.0,
+        ge=0,
+        description="Deprecated: the 1 s TTL cache the warm cache replaced. Accepted so deployments "
+        "that set it still start; `0` turns the warm cache off (as it turned the TTL cache off), "
+        "other values do nothing.",
+    )
+    log_level: str = Field(
+        default="INFO",
+        description="Level of the logs: JSON lines on stderr, librdkafka's own lines among them "
+        "(logger `librdkafka`, served when the client polls).",
+        json_schema_extra={"allowed": ", ".join(f"`{level}`" for level in LOG_LEVELS) + " (any case)"},
+    )
+    # common/clock.py ClockFile
+    test_clock_file: Path | None = Field(
+        default=None,
+        description="Tests only, never in a deployment: the service clock (periods, closed windows, "
+        "activity ends) is read from this file, which a test writes, at every call, not from the "
+        "system; a warning at start says it is in effect.",
+    )
     # librdkafka pass-through: RANKSTREAM_KAFKA_SASL_MECHANISMS=PLAIN -> sasl.mechanisms=PLAIN
-    kafka: Mapping[str, str | SecretStr] = Field(default_factory=dict)
+    kafka: Mapping[str, str | SecretStr] = Field(
+        default_factory=dict,
+        description="librdkafka pass-through settings, from the `RANKSTREAM_KAFKA_<KEY>` variables: "
+        "`_` becomes `.`, the key is lower-cased; keys naming credentials are kept secret.",
+    )
 
     @field_validator("log_level")
     @classmethod
     def _known_level(cls, value: str) -> str:
         upper = value.upper()
-        if upper not in {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}:
+        if upper not in LOG_LEVELS:
             raise ValueError(f"unknown log level {value!r}")
         return upper
 

@@ -1,4 +1,4 @@
-"""Window kinds and their YAML spellings (CONTRACT section 3): which windows a board type keeps.
+"""Window kinds and their YAML spellings (docs/contract.md §3): which windows a board type keeps.
 
     total                       one instance, forever
     hour day week month year    calendar periods in the config's time zone

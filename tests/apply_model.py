@@ -57,7 +57,8 @@ GRACES = {"0s": 0, "10m": 600_000, "1h": HOUR_MS, "1d": DAY_MS, "40d": 40 * DAY_
 RETENTIONS = (1, 2, 3, 7, 100)
 SCOPES = ("", ":a", ":Room-42.x_y:z")
 TIE_HEX = 12  # the zset member carries a fixed-width hex tie prefix (unless tie_break: none)
-# members: no control characters, line separators or bidi overrides (CONTRACT 2: "no control characters")
+# members: no control characters, line separators or bidi overrides (docs/contract.md §2:
+# "no control characters")
 _NOT_IN_MEMBERS = "\u2028\u2029\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
 MEMBER_CHARS = st.characters(exclude_categories=("Cs", "Cc"), exclude_characters=_NOT_IN_MEMBERS)
 

@@ -51,7 +51,7 @@ _log = logging.getLogger(__name__)
 MAX_EVENTS_PER_CALL = 500  # bounds the time one script blocks Redis
 # A board with rolling windows writes more instances per event, on boards that grow to millions:
 # its apply.lua calls hold at most this many (event, instance) counts, ~0.5-0.9 ms of Redis on a
-# million-member board (README "Rolling windows"), so no call blocks Redis for a millisecond
+# million-member board (docs/internals/rolling-windows.md), so no call blocks Redis for a millisecond
 ROLLING_COUNTS_PER_CALL = 48
 # ... and the chunks the worker decides at most this many: a transaction's commands cost Redis a
 # fraction of the script's per count, and each chunk costs round trips and a transaction's own

@@ -1,4 +1,4 @@
-"""Emits each closed period's result to rank_period_closed exactly once (README "Period results").
+"""Emits each closed period's result to rank_period_closed exactly once (docs/period-results.md).
 
 Who: one worker at a time, the holder of the lease `{results}:emitter` (renewed every pass, so a
 dead holder's lapses within LEASE_MS). It produces with one transactional id for every holder,

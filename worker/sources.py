@@ -1,4 +1,4 @@
-"""Redis loss never goes unnoticed (CONTRACT 4): what Redis holds is checked against what Kafka's
+"""Redis loss never goes unnoticed (docs/contract.md §4): what Redis holds is checked against what Kafka's
 committed offsets say was applied, before every batch.
 
 Redis keeps, per consumer group and topic, one hash (`common/store/keys.py` partition_sources): the

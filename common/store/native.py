@@ -1,7 +1,7 @@
 """A board's decided writes (common/store/guarded.py's `GuardedWrite`) as native commands in a
 MULTI/EXEC: the same checks and the same writes as guarded.lua, without a script (Lua costs Redis
 a fixed ~18 µs a call before any work, and its splits of the id window's and tie indexes' buckets
-cost several times what the same moves cost as commands: README "Where the work happens").
+cost several times what the same moves cost as commands: docs/internals/write-path.md).
 
 Every board of a round goes at once, each on a connection of its own (a WATCH holds for its
 connection only), in two round trips, three when a bucket may split:

@@ -3,7 +3,7 @@ go (auto-pipelining), replies parsed by hiredis in the order they come back.
 
 Why not redis-py's asyncio client here: per call it takes a connection from its pool, wraps the
 command in retry and timeout machinery and waits on a stream reader. Measured on this box with 32
-concurrent callers of one EVALSHA (README "Warm boards and the read path"): redis-py 47.5 us of
+concurrent callers of one EVALSHA (docs/internals/read-path.md): redis-py 47.5 us of
 client CPU a call (35.2 on uvloop), its bare Connection 29.9 (22.9), valkey-glide 39-41, coredis
 56-61, this 7.4 (4.7 on uvloop). Redis itself runs one command at a time, so one pipelined
 connection is all the concurrency it can use; the worker and the CLIs, which are synchronous,

@@ -1,4 +1,4 @@
-"""Property tests: the whole space of update events the contract accepts (CONTRACT sections 2-3),
+"""Property tests: the whole space of update events the contract accepts (docs/contract.md §2-3),
 through the real apply path (`parse_message` -> `Applier.apply_isolated` -> apply.lua) on real
 Redis, compared with an independent model after every stream.
 

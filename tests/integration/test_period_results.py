@@ -1,4 +1,4 @@
-"""Period results end to end (CONTRACT 6, README "Period results"): three worker processes
+"""Period results end to end (docs/contract.md §6, docs/period-results.md): three worker processes
 (tests/sim_worker.py) on real Kafka and Redis share one simulated service clock, a file the test
 moves, through two days of events in Asia/Shanghai (the boards and the stream:
 tests/results_stream.py; what each result must be: tests/results_model.py).

@@ -1,6 +1,6 @@
 """Property test: a period's result (common/results.py `read_result`, and the record its
 `encode()` gives) is exactly the independent model's standings of the events applied before the
-period was sealed (README "Period results", CONTRACT 6), on real Redis.
+period was sealed (docs/period-results.md, docs/contract.md §6), on real Redis.
 
 Every example draws one board type (order, tie rule, with or without `score_range` so the packed
 and the general layout are both read, with or without a small `max_members` so the top and the

@@ -51,7 +51,7 @@ from worker.dlq import HEADER_INDEX, HEADER_REASON
 
 pytestmark = pytest.mark.integration
 T = TypeVar("T")
-# One Redis server only (README "Tests"): a zone changes the period ids and their ends, never which
+# One Redis server only (CONTRIBUTING.md): a zone changes the period ids and their ends, never which
 # calls reach Redis or how they route; the same window writes and period reads run on a cluster in
 # the worker and API oracles.
 KEPT_SINCE = 35 * DAY  # kept periods are looked for from this long before the run (empty ones too)
