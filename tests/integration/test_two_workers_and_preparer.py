@@ -35,7 +35,7 @@ pytestmark = [pytest.mark.integration, BOTH_TOPOLOGIES]
 HOUR = 3_600_000
 CONFIG = "timezone: UTC\ntypes:\n  r: {windows: [total, day, last_3h]}\n"
 BOARD = "r:room"
-MEMBERS = [f"m{i}" for i in range(300)]  # a walk of 12 pages of 25
+MEMBERS = [f"m{i}" for i in range(300)]  # a walk of 25 pages of 12
 PER_PARTITION = 600
 BATCH = 30
 
