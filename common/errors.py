@@ -3,6 +3,7 @@ the others are bad input that is rejected (dead-lettered, 4xx, or a one-line exi
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import ClassVar
 
 
@@ -34,3 +35,12 @@ class InfrastructureError(RankstreamError):
 
 class StackError(RankstreamError):
     """The local development stack cannot start: says what is missing in one line."""
+
+
+class TopicsDifferError(RankstreamError):
+    """Existing Kafka topics differ from what `rankstream topics` would create them as: one line
+    per difference (`topic update_rank: partitions 3, configured 6 (...)`); nothing was changed."""
+
+    def __init__(self, lines: Sequence[str]) -> None:
+        super().__init__("; ".join(lines))
+        self.lines = tuple(lines)

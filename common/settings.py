@@ -12,7 +12,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from common.errors import ConfigError
 
@@ -24,9 +32,20 @@ KAFKA_PASSTHROUGH_PREFIX = "RANKSTREAM_KAFKA_"
 _SECRET_MARKERS = ("password", "secret", "key.pem", "token")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
+# Topic defaults (rankstream/topics.py imports them: this is their one home).
+UPDATES_PARTITIONS = 6
+CACHE_PARTITIONS = 6
+RESULTS_PARTITIONS = 3
+MAX_PARTITIONS = 10_000
+MAX_REPLICATION = 32_767  # Kafka's replication factor is a 16-bit field
+DAY_MS = 86_400_000
+MIN_RETENTION_MS = 3_600_000  # shorter: surely seconds written for milliseconds
+_RETENTION_ALLOWED = f"`-1` (forever), or an integer at least {MIN_RETENTION_MS} (1 hour)"
+
 
 class Settings(BaseModel):
-    """Process configuration. Defaults point at the local stack (`rankstream stack up`).
+    """Process configuration. Defaults point at the local stack (`rankstream stack up`), but for
+    the topics' replication, which suits a production cluster (the local stack overrides it).
 
     Every field's `description` is written for users: docs/configuration.md is generated from
     them (`python -m common.settings_doc`), and a unit test fails when the two differ."""
@@ -93,6 +112,78 @@ class Settings(BaseModel):
         default="rank_period_closed",
         description="Kafka topic each closed period's final standings go to, once, for the boards "
         "that declare `period_results` (see [period results](period-results.md)).",
+    )
+    # rankstream/topics.py: what `rankstream topics` creates, and checks existing topics against
+    topic_replication: int = Field(
+        default=3,
+        ge=1,
+        le=MAX_REPLICATION,
+        description="Replication factor of the topics `rankstream topics` creates (each partition on "
+        "this many brokers). The default suits a cluster of 3 or more brokers; the local stack and "
+        "the tests use 1. More than the brokers the cluster reports is refused with one line "
+        "(status 2). See [topics](operations/topics.md).",
+    )
+    topic_min_insync_replicas: int = Field(
+        default=2,
+        ge=1,
+        le=MAX_REPLICATION,
+        description="`min.insync.replicas` of the topics `rankstream topics` creates: a write with "
+        "`acks=all` (the workers' writes, and producers set up as [producing](producing.md) says) is "
+        "acknowledged only once this many replicas have it, so one broker lost loses nothing "
+        "acknowledged. At most `RANKSTREAM_TOPIC_REPLICATION`; the local stack and the tests use 1.",
+    )
+    topic_updates_partitions: int = Field(
+        default=UPDATES_PARTITIONS,
+        ge=1,
+        le=MAX_PARTITIONS,
+        description="Partitions of `update_rank` (`RANKSTREAM_TOPIC_UPDATES`): the most workers that "
+        "apply events at once. Partitions can be added later, never removed; see "
+        "[topics](operations/topics.md#adding-partitions-to-update_rank) for what that does to "
+        "ordering and offset fences.",
+    )
+    topic_updates_retention_ms: int = Field(
+        default=7 * DAY_MS,
+        description="How long `update_rank` keeps events (`retention.ms`, milliseconds; `-1`: "
+        "forever). `rankstream recover` re-reads `update_rank` from the offsets a restored Redis "
+        "holds, so keep it longer than the age of your oldest usable Redis backup plus the time to "
+        "notice a loss and restore it.",
+        json_schema_extra={"allowed": _RETENTION_ALLOWED},
+    )
+    topic_dlq_partitions: int = Field(
+        default=1,
+        ge=1,
+        le=MAX_PARTITIONS,
+        description="Partitions of the dead-letter topic (`RANKSTREAM_TOPIC_DLQ`): one keeps the dead "
+        "letters in the order they were written.",
+    )
+    topic_dlq_retention_ms: int = Field(
+        default=30 * DAY_MS,
+        description="How long the dead-letter topic keeps its records (`retention.ms`, milliseconds; "
+        "`-1`: forever): the time you have to read a dead letter, fix its cause and produce it "
+        "again.",
+        json_schema_extra={"allowed": _RETENTION_ALLOWED},
+    )
+    topic_cache_partitions: int = Field(
+        default=CACHE_PARTITIONS,
+        ge=1,
+        le=MAX_PARTITIONS,
+        description="Partitions of `update_cache` (`RANKSTREAM_TOPIC_CACHE`): an API node replays "
+        "only its hot boards' partitions. Compacted, so it has no time retention. Never add "
+        "partitions to an existing one: API nodes would replay a partial board (to change the count, "
+        "see [topics](operations/topics.md#update_cache)).",
+    )
+    topic_results_partitions: int = Field(
+        default=RESULTS_PARTITIONS,
+        ge=1,
+        le=MAX_PARTITIONS,
+        description="Partitions of `rank_period_closed` (`RANKSTREAM_TOPIC_RESULTS`); each period's "
+        "result goes to the partition of its key.",
+    )
+    topic_results_retention_ms: int = Field(
+        default=30 * DAY_MS,
+        description="How long `rank_period_closed` keeps a result (`retention.ms`, milliseconds; "
+        "`-1`: forever); compaction also keeps only the latest record of each period meanwhile.",
+        json_schema_extra={"allowed": _RETENTION_ALLOWED},
     )
     worker_group: str = Field(
         default="rankstream-worker",
@@ -251,6 +342,23 @@ class Settings(BaseModel):
             raise ValueError(f"unknown log level {value!r}")
         return upper
 
+    @field_validator("topic_updates_retention_ms", "topic_dlq_retention_ms", "topic_results_retention_ms")
+    @classmethod
+    def _retention(cls, value: int) -> int:
+        if value != -1 and value < MIN_RETENTION_MS:
+            raise ValueError(f"must be -1 (forever) or at least {MIN_RETENTION_MS} ms (1 hour), got {value}")
+        return value
+
+    @model_validator(mode="after")
+    def _min_insync_within_replication(self) -> Settings:
+        if self.topic_min_insync_replicas > self.topic_replication:
+            raise ValueError(
+                f"{ENV_PREFIX}TOPIC_MIN_INSYNC_REPLICAS: {self.topic_min_insync_replicas} is more than "
+                f"{ENV_PREFIX}TOPIC_REPLICATION ({self.topic_replication}): no write with acks=all "
+                "could ever succeed"
+            )
+        return self
+
     @field_validator("key_prefix")
     @classmethod
     def _prefix_has_no_braces(cls, value: str) -> str:
@@ -312,5 +420,7 @@ def load_settings(environ: Mapping[str, str] | None = None, **overrides: Any) ->
         return Settings.model_validate(values)
     except ValidationError as exc:
         first = exc.errors()[0]
+        if not first["loc"]:  # a rule across settings: its message names them
+            raise ConfigError(first["msg"].removeprefix("Value error, ")) from None
         where = ENV_PREFIX + ".".join(str(p) for p in first["loc"]).upper()
         raise ConfigError(f"{where}: {first['msg']}") from None

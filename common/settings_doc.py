@@ -75,10 +75,15 @@ def _cell(text: str) -> str:
 
 
 def _reading(name: str, value: object) -> str:
-    """For a setting in seconds, a readable length after the number: ` (7 days)`; else ``."""
-    if not name.endswith("_s") or isinstance(value, bool) or not isinstance(value, int | float):
+    """For a setting in seconds or milliseconds, a readable length after the number:
+    ` (7 days)`; else ``."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
         return ""
-    for size, unit in _UNITS_S:
+    per_s = 1 if name.endswith("_s") else 1000 if name.endswith("_ms") else 0
+    if not per_s:
+        return ""
+    for size_s, unit in _UNITS_S:
+        size = size_s * per_s
         if value >= size and value % size == 0:
             count = int(value // size)
             return f" ({count} {unit}{'' if count == 1 else 's'})"
@@ -177,7 +182,12 @@ def render() -> str:
         + "` followed by its name in upper case (`api_port`: `"
         + env_name("api_port")
         + "`). A setting that is not set takes its default, which points at the local stack "
-        "(`rankstream stack up`).",
+        "(`rankstream stack up`), but for the topics' replication (`"
+        + env_name("topic_replication")
+        + "`, `"
+        + env_name("topic_min_insync_replicas")
+        + "`), whose defaults suit a Kafka cluster of 3 or more brokers: the local stack and the "
+        "tests create their topics with 1.",
         "",
         "An unknown `"
         + ENV_PREFIX

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from common.errors import ConfigError, InfrastructureError, RankstreamError, StackError
+from common.errors import ConfigError, InfrastructureError, RankstreamError, StackError, TopicsDifferError
 from common.logs import setup_logging
 from common.settings import Settings, load_settings
 from rankstream.show import ApiAnswerError
@@ -155,7 +155,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("worker", help="consume update_rank and apply it to Redis").set_defaults(func=_worker)
     sub.add_parser("api", help="serve the HTTP API").set_defaults(func=_api)
-    sub.add_parser("topics", help="create the Kafka topics if missing").set_defaults(func=_topics)
+    sub.add_parser(
+        "topics", help="create the Kafka topics if missing; fail if existing ones differ from the settings"
+    ).set_defaults(func=_topics)
     sub.add_parser(
         "backfill", help="publish hot boards' current state to update_cache (workers also do it at start)"
     ).set_defaults(func=_backfill)
@@ -248,6 +250,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = load_settings()
         setup_logging(settings.log_level)
         return func(args, settings)
+    except TopicsDifferError as exc:  # one line per difference: what to set, or to change in Kafka
+        for line in exc.lines:
+            print(f"rankstream: {line}", file=sys.stderr)
+        return 1
     except (ConfigError, StackError, ApiAnswerError) as exc:
         print(f"rankstream: {exc}", file=sys.stderr)
         return 2

@@ -33,6 +33,7 @@ from confluent_kafka.admin import AdminClient
 from common.settings import Settings, load_settings
 from common.store.topology import Store, connect
 from rankstream.cluster import LocalRedisCluster
+from rankstream.devstack import SINGLE_BROKER
 from rankstream.stack import LocalKafka, LocalRedis, docker_engine_available, free_port
 from rankstream.topics import ensure_topics
 from tests.boundaries import ENV as BOUNDARY_ENV
@@ -149,6 +150,7 @@ def own_settings(servers: Servers, cluster_url: str | None = None) -> dict[str, 
         "worker_group": f"g{tag}",
         "key_prefix": f"t{tag}:",
         "worker_http_port": 0,
+        **SINGLE_BROKER,  # the session's Kafka has one broker
     }
 
 

@@ -14,6 +14,7 @@ import redis
 from bench.common import say
 from bench.harness.kafka import QUIET_KAFKA
 from common.settings import Settings, load_settings
+from rankstream.devstack import SINGLE_BROKER
 from rankstream.stack import LocalKafka, LocalRedis, free_port
 
 
@@ -38,6 +39,7 @@ class Stack:
             "topic_dlq": f"bench.{tag}.update_rank.dlq",
             "topic_cache": f"bench.{tag}.update_cache",
             "kafka": QUIET_KAFKA,
+            **SINGLE_BROKER,  # the private Kafka has one broker
         }
         return load_settings({}, **{**values, **overrides})
 

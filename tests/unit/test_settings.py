@@ -74,3 +74,54 @@ def test_the_worker_state_cells_setting_bounds():
     assert load_settings({"RANKSTREAM_WORKER_STATE_CELLS": "0"}).worker_state_cells == 0
     with pytest.raises(ConfigError, match="RANKSTREAM_WORKER_STATE_CELLS"):
         load_settings({"RANKSTREAM_WORKER_STATE_CELLS": "-1"})
+
+
+def test_topic_defaults_suit_a_three_broker_cluster():
+    s = load_settings({})
+    assert (s.topic_replication, s.topic_min_insync_replicas) == (3, 2)
+    assert (s.topic_updates_partitions, s.topic_dlq_partitions) == (6, 1)
+    assert (s.topic_cache_partitions, s.topic_results_partitions) == (6, 3)
+    day = 86_400_000
+    assert (s.topic_updates_retention_ms, s.topic_dlq_retention_ms, s.topic_results_retention_ms) == (
+        7 * day,
+        30 * day,
+        30 * day,
+    )
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"RANKSTREAM_TOPIC_UPDATES_PARTITIONS": "0"}, "RANKSTREAM_TOPIC_UPDATES_PARTITIONS"),
+        ({"RANKSTREAM_TOPIC_CACHE_PARTITIONS": "10001"}, "RANKSTREAM_TOPIC_CACHE_PARTITIONS"),
+        ({"RANKSTREAM_TOPIC_REPLICATION": "0"}, "RANKSTREAM_TOPIC_REPLICATION"),
+        ({"RANKSTREAM_TOPIC_MIN_INSYNC_REPLICAS": "0"}, "RANKSTREAM_TOPIC_MIN_INSYNC_REPLICAS"),
+        # seconds written where milliseconds belong: 7 days of seconds is 10 minutes of ms
+        ({"RANKSTREAM_TOPIC_UPDATES_RETENTION_MS": "604800"}, "RANKSTREAM_TOPIC_UPDATES_RETENTION_MS"),
+        ({"RANKSTREAM_TOPIC_DLQ_RETENTION_MS": "0"}, "RANKSTREAM_TOPIC_DLQ_RETENTION_MS"),
+        ({"RANKSTREAM_TOPIC_RESULTS_RETENTION_MS": "-2"}, "RANKSTREAM_TOPIC_RESULTS_RETENTION_MS"),
+    ],
+)
+def test_bad_topic_settings_fail_with_one_line(env, message):
+    with pytest.raises(ConfigError, match=message) as info:
+        load_settings(env)
+    assert "\n" not in str(info.value)
+
+
+def test_retention_may_be_forever_or_an_hour_and_more():
+    s = load_settings(
+        {"RANKSTREAM_TOPIC_UPDATES_RETENTION_MS": "-1", "RANKSTREAM_TOPIC_DLQ_RETENTION_MS": "3600000"}
+    )
+    assert (s.topic_updates_retention_ms, s.topic_dlq_retention_ms) == (-1, 3_600_000)
+
+
+def test_min_insync_replicas_above_the_replication_factor_is_one_config_line():
+    env = {"RANKSTREAM_TOPIC_REPLICATION": "2", "RANKSTREAM_TOPIC_MIN_INSYNC_REPLICAS": "3"}
+    with pytest.raises(ConfigError) as info:
+        load_settings(env)
+    assert str(info.value) == (
+        "RANKSTREAM_TOPIC_MIN_INSYNC_REPLICAS: 3 is more than RANKSTREAM_TOPIC_REPLICATION (2): "
+        "no write with acks=all could ever succeed"
+    )
+    single = load_settings({"RANKSTREAM_TOPIC_REPLICATION": "1", "RANKSTREAM_TOPIC_MIN_INSYNC_REPLICAS": "1"})
+    assert (single.topic_replication, single.topic_min_insync_replicas) == (1, 1)
