@@ -8,10 +8,7 @@ a transaction of commands (common/store/native.py), or for a small chunk, a peri
 expire or a board beyond a round's connections, one guarded.lua call. A board's state is kept while its seq
 is the one the worker last wrote or read: a check that fails (someone else wrote the board: a
 second worker, a zombie, apply.lua) drops it, the chunk is read and decided again, at most
-MAX_TRIES times, then sent to apply.lua like every other chunk. A chunk that writes a next rolling
-period being prepared, and met a conflict, is written by guarded.lua from then on: the preparer's
-walk writes that period's tie index meanwhile, and a transaction's WATCH of a bucket fires when
-the walk writes any member of it, while guarded.lua checks the fields the chunk read.
+MAX_TRIES times, then sent to apply.lua like every other chunk.
 
 The states are bounded (`max_cells`, members x instances plus hot boards' metas, least recently
 used boards first out); `Stats` counts what happened for the worker's metrics.
@@ -177,7 +174,6 @@ class BoardStates:
         todo = [i for i in range(len(reqs)) if not self._begun_in(reqs[i])]
         self.stats.fallbacks += len(reqs) - len(todo)
         applied: dict[int, set[bytes]] = {}
-        conflicted: set[int] = set()  # chunks a check refused: someone wrote the board meanwhile
         for _ in range(MAX_TRIES):
             if not todo:
                 break
@@ -200,9 +196,7 @@ class BoardStates:
                     self.drop(reqs[i].keys.board)
                     self.stats.fallbacks += 1
             order = list(decisions)
-            # a next rolling period being walked: checked field by field after a conflict
-            scripted = {n for n, i in enumerate(order) if i in conflicted and decisions[i].write.unchanged}
-            replies = self._write(client, [decisions[i].write for i in order], scripted)
+            replies = self._write(client, [decisions[i].write for i in order])
             todo = []
             for i, reply in zip(order, replies, strict=True):
                 again, out[i] = self._settle(
@@ -210,24 +204,16 @@ class BoardStates:
                 )
                 if again:
                     todo.append(i)
-                    conflicted.update([i] if isinstance(reply, Conflict) else [])
         self.stats.fallbacks += len(todo)
         for i in todo:
             self.drop(reqs[i].keys.board)
         return out
 
-    def _write(
-        self, client: Store, writes: list[GuardedWrite], scripted: Iterable[int] = ()
-    ) -> list[GuardReply | Exception]:
+    def _write(self, client: Store, writes: list[GuardedWrite]) -> list[GuardReply | Exception]:
         """Each board's writes, natively where they may go so, else (or if the transaction
-        declined them, or their position is in `scripted`) through guarded.lua."""
+        declined them) through guarded.lua."""
         now = time.time() * 1000
-        forced = set(scripted)
-        eligible = [
-            i
-            for i, w in enumerate(writes)
-            if self.native and i not in forced and native(w, now, self.native_min_events)
-        ]
+        eligible = [i for i, w in enumerate(writes) if self.native and native(w, now, self.native_min_events)]
         natives = sorted(sorted(eligible, key=lambda i: -writes[i].events)[: self.native_max_boards])
         out: dict[int, GuardReply | Exception | Declined] = dict(
             zip(natives, self._natives.run_many(client, [writes[i] for i in natives]), strict=True)

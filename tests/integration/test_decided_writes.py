@@ -109,10 +109,10 @@ def altered(alter: Callable[[GuardedWrite], None]) -> Iterator[None]:
     """Every guarded write altered by `alter` just before it is sent (a check taken away)."""
     real = BoardStates._write
 
-    def write(self: BoardStates, client: Any, writes: list[GuardedWrite], scripted: Any = ()) -> list[Any]:
+    def write(self: BoardStates, client: Any, writes: list[GuardedWrite]) -> list[Any]:
         for w in writes:
             alter(w)
-        return real(self, client, writes, scripted)
+        return real(self, client, writes)
 
     with mock.patch.object(BoardStates, "_write", write):
         yield
@@ -460,63 +460,6 @@ def test_a_walk_splitting_the_next_periods_index_under_a_write_makes_redis_refus
     assert _split_meanwhile(rclient, settings.key_prefix + "b:", unchecked) is None
 
 
-def _walked_under_every_watch(
-    client: redis.Redis, prefix: str
-) -> tuple[Any, list[tuple[str, float]], list[str]]:
-    """m's second event writes the next period while its walk goes on: between each
-    transaction's WATCH and its EXEC the walk derives one more member there (o1, o2, ...: the
-    index's one bucket). The applier's stats, the next period's rows, the members walked."""
-    board, keys, board_type = "roll:watched", BoardKeys(prefix, "roll:watched"), BOARDS.types["roll"]
-    window = board_type.window("last_3h")
-    slots = RollingSlots(BOARDS.timezone)
-    derived, deps = slots.derived(board_type, window, slots.bucket_at(window, NOW))
-    prepared(client, prefix, board)
-    a = applier(client, prefix, now=NOW)
-    first = [(ev(board, m, 1, f"e-{m}"), NOW - 60_000) for m in ("m", *(f"o{i}" for i in range(1, 6)))]
-    a.apply(first, [Position(SRC[0], i, None) for i in range(len(first))])  # before the claim
-    client.set(keys.prepared(derived.name), "busy:preparer")
-    preparer = RollingPreparer(client, BOARDS, prefix, clock=lambda: NOW, epoch=lambda: "E", owner="t")
-    walked: list[str] = []
-    real = NativeWrites._check
-
-    def walk_meanwhile(self: NativeWrites, b: Any, got: list[Any]) -> Any:
-        if b.req.unchanged:  # a write of the period being walked: its WATCH is on
-            walked.append(f"o{len(walked) + 1}")
-            preparer._derive(keys, board_type, [derived, *deps], walked[-1:], hot=False, op="derive")
-        return real(self, b, got)
-
-    with mock.patch.object(NativeWrites, "_check", walk_meanwhile):
-        a.apply([(ev(board, "m", 1, "again"), NOW)], [Position(SRC[0], len(first), None)])
-    rows = cast("list[tuple[bytes, float]]", client.zrange(keys.rank(derived.name), 0, -1, withscores=True))
-    assert a.states is not None
-    return a.states.stats, sorted((m.decode()[TIE_WIDTH:], s) for m, s in rows), walked
-
-
-@BOTH_TOPOLOGIES
-def test_a_next_period_being_walked_is_written_by_guarded_lua_after_a_conflict(rclient, settings, way):
-    """A transaction WATCHes the tie index buckets of the next period it writes, and the walk
-    writes other members of them: each WATCH fires. After one conflict the chunk goes through
-    guarded.lua, which checks the fields it read: written there, exact. Without that every
-    attempt is a transaction the walk refuses, and after MAX_TRIES the chunk falls back to
-    apply.lua (1-2 ms a call on a big board)."""
-    if way == "script":
-        pytest.skip("guarded.lua writes every chunk of this way already")
-    stats, rows, walked = _walked_under_every_watch(rclient, settings.key_prefix + "a:")
-    assert walked == ["o1"]
-    assert rows == [("m", 2.0), ("o1", 1.0)]
-    # the claim found (Started: read again), the walk under the WATCH, then guarded.lua
-    assert (stats.conflicts, stats.scripted, stats.fallbacks) == (2, 1, 0), stats
-    real_write = BoardStates._write
-
-    def natively(self: BoardStates, client: Any, writes: list[GuardedWrite], scripted: Any = ()) -> list[Any]:
-        return real_write(self, client, writes)
-
-    with mock.patch.object(BoardStates, "_write", natively):
-        stats, rows, walked = _walked_under_every_watch(rclient, settings.key_prefix + "b:")
-    assert rows == [("m", 2.0), *((o, 1.0) for o in walked)]
-    assert (len(walked), stats.fallbacks) == (3, 1), stats
-
-
 def test_a_connection_dropped_between_the_round_trips_loses_no_write(rclient, settings, way):
     """A WATCH lives on its connection: one dropped after the reads must not be silently opened
     again for the MULTI/EXEC (it would run unwatched, over B's write). The chunk goes to
@@ -657,8 +600,8 @@ def test_redis_holds_what_apply_lua_leaves_through_splits_and_turns(rclient, set
     derived: list[str] = []  # the same, for those writing a next period being prepared
     real = BoardStates._write
 
-    def write(self: BoardStates, client: Any, writes: list[GuardedWrite], scripted: Any = ()) -> list[Any]:
-        replies = real(self, client, writes, scripted)
+    def write(self: BoardStates, client: Any, writes: list[GuardedWrite]) -> list[Any]:
+        replies = real(self, client, writes)
         for w, r in zip(writes, replies, strict=True):
             if w.unstarted:
                 rolled.append(type(r).__name__)

@@ -143,8 +143,8 @@ def test_two_workers_and_the_preparer_on_one_board_end_as_the_model(rclient):
     derived: list[str] = []  # how the workers' writes of the next period being prepared ended
     real_write = BoardStates._write
 
-    def write(self: BoardStates, client: Any, writes: list[GuardedWrite], scripted: Any = ()) -> list[Any]:
-        replies = real_write(self, client, writes, scripted)
+    def write(self: BoardStates, client: Any, writes: list[GuardedWrite]) -> list[Any]:
+        replies = real_write(self, client, writes)
         derived.extend(type(r).__name__ for w, r in zip(writes, replies, strict=True) if w.unchanged)
         return replies
 
