@@ -216,9 +216,9 @@ class Settings(BaseModel):
     dedupe_window_s: int = Field(
         default=7 * 24 * 3600,
         ge=60,
-        description="Only while adopting a Redis written by release 0.1.0 (for one id window after "
-        "the upgrade): the TTL (seconds) of 0.1.0's per-event id records, which the worker honours "
-        "and writes meanwhile. The default is 0.1.0's own.",
+        description="Only while adopting a Redis written by a build before 0.1.0 (before offset "
+        "fences; for one id window after the upgrade): the TTL (seconds) of its per-event id "
+        "records, which the worker honours and writes meanwhile. The default is that build's own.",
     )
     tie_index: bool = Field(
         default=True,
