@@ -393,8 +393,14 @@ def _passthrough(environ: Mapping[str, str]) -> dict[str, str | SecretStr]:
     return out
 
 
+def env_name(field: str) -> str:
+    """The environment variable of settings field `field` (`topic_replication` ->
+    `RANKSTREAM_TOPIC_REPLICATION`): the one rule the loader, the docs and the error lines use."""
+    return ENV_PREFIX + field.upper()
+
+
 def _known_env_names() -> set[str]:
-    return {ENV_PREFIX + name.upper() for name in Settings.model_fields if name != "kafka"}
+    return {env_name(name) for name in Settings.model_fields if name != "kafka"}
 
 
 def load_settings(environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:

@@ -24,6 +24,7 @@ from common.settings import (
     KAFKA_PASSTHROUGH_PREFIX,
     Settings,
     _passthrough,
+    env_name,
 )
 
 DOC_PATH = Path(__file__).resolve().parent.parent / "docs" / "configuration.md"
@@ -58,10 +59,6 @@ _TLS_EXAMPLE = (
     ("RANKSTREAM_KAFKA_SSL_KEY_PASSWORD", "<key password>"),
 )
 _PEM_EXAMPLE = (("RANKSTREAM_KAFKA_SSL_KEY_PEM", "<PEM text>"),)
-
-
-def env_name(field: str) -> str:
-    return ENV_PREFIX + field.upper()
 
 
 def table_fields() -> list[tuple[str, FieldInfo]]:

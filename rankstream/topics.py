@@ -19,7 +19,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported
 
 from common.errors import ConfigError, InfrastructureError, TopicsDifferError
 from common.results import MAX_RESULT_BYTES
-from common.settings import CACHE_PARTITIONS, ENV_PREFIX, RESULTS_PARTITIONS, UPDATES_PARTITIONS, Settings
+from common.settings import CACHE_PARTITIONS, RESULTS_PARTITIONS, UPDATES_PARTITIONS, Settings, env_name
 
 _log = logging.getLogger(__name__)
 
@@ -52,20 +52,20 @@ MAX_MESSAGE_BYTES = str(2 * 1024 * 1024)
 _ISR = "min.insync.replicas"
 
 
-def _env(name: str) -> str:
-    return ENV_PREFIX + name.upper()
-
-
 def topic_specs(settings: Settings) -> list[TopicSpec]:
     """The four topics: partitions, replication and the configs `rankstream topics` sets."""
     isr = {_ISR: str(settings.topic_min_insync_replicas)}
-    isr_env = {_ISR: _env("topic_min_insync_replicas")}
+    isr_env = {_ISR: env_name("topic_min_insync_replicas")}
 
     def spec(name: str, partitions: str, config: dict[str, str], retention: str | None = None) -> TopicSpec:
-        names = {"partitions": _env(partitions), "replication factor": _env("topic_replication"), **isr_env}
+        names = {
+            "partitions": env_name(partitions),
+            "replication factor": env_name("topic_replication"),
+            **isr_env,
+        }
         if retention is not None:
             config = {**config, "retention.ms": str(getattr(settings, retention))}
-            names["retention.ms"] = _env(retention)
+            names["retention.ms"] = env_name(retention)
         return TopicSpec(
             name, getattr(settings, partitions), settings.topic_replication, {**config, **isr}, names
         )
@@ -113,8 +113,8 @@ def ensure_topics(settings: Settings, timeout: float = 30.0, *, strict: bool = T
     reports raises ConfigError."""
     if settings.topic_min_insync_replicas > settings.topic_replication:  # a model_copy skips validation
         raise ConfigError(
-            f"{_env('topic_min_insync_replicas')} ({settings.topic_min_insync_replicas}) is more than "
-            f"{_env('topic_replication')} ({settings.topic_replication})"
+            f"{env_name('topic_min_insync_replicas')} ({settings.topic_min_insync_replicas}) is more than "
+            f"{env_name('topic_replication')} ({settings.topic_replication})"
         )
     admin = AdminClient(settings.librdkafka())
     specs = topic_specs(settings)
@@ -131,7 +131,7 @@ def ensure_topics(settings: Settings, timeout: float = 30.0, *, strict: bool = T
     brokers = len(metadata.brokers)
     if settings.topic_replication > brokers:
         raise ConfigError(
-            f"{_env('topic_replication')} is {settings.topic_replication}, more than the "
+            f"{env_name('topic_replication')} is {settings.topic_replication}, more than the "
             f"{brokers} broker{'' if brokers == 1 else 's'} Kafka at {settings.kafka_bootstrap} "
             f"reports: set it to at most {brokers}"
         )

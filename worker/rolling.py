@@ -234,9 +234,9 @@ class RollingPreparer:
     ) -> bool | None:
         """The period after `bucket_id` of each of the board's rolling windows of `unit` (or of
         window `only`); True when every one is done (by us or another worker). A board that fails
-        is counted and left for the next pass; the others go on. `claim_in`: the bucket whose
-        end the claim counts back from (by the board's size: _claim_at; None if it has not come
-        for some window, and none failed); None: claimed now."""
+        is counted and left for the next pass; the others go on. None when no window failed but
+        the claim of some has not come yet. `claim_in`: the bucket whose end the claim counts
+        back from, by the board's size (_claim_at); None: claimed now (a rebuild, a catch-up)."""
         if (unit, bucket_id, board) in self._done:
             return True
         parts = split_board(board)

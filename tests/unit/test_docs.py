@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from common.settings import ENV_PREFIX, KAFKA_PASSTHROUGH_PREFIX, Settings
+from common.settings import KAFKA_PASSTHROUGH_PREFIX, Settings, env_name
 from rankstream.cli import build_parser
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -91,7 +91,7 @@ def test_every_command_named_exists() -> None:
 
 
 def test_every_variable_named_exists() -> None:
-    settings = {ENV_PREFIX + name.upper() for name in Settings.model_fields}
+    settings = {env_name(name) for name in Settings.model_fields}
     for name, reader in KNOBS.items():
         assert name in (ROOT / reader).read_text(), (name, reader)
     named = {(page.name, v) for page in PAGES for v in ENV_NAME.findall(page.read_text())}

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from common.settings import Settings
-from common.settings_doc import DOC_PATH, REGENERATE, env_name, render, table_fields
+from common.settings import Settings, env_name
+from common.settings_doc import DOC_PATH, REGENERATE, render, table_fields
 
 
 def test_configuration_doc_is_rendered_from_the_model() -> None:
