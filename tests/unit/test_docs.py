@@ -110,3 +110,22 @@ def test_every_variable_named_exists() -> None:
 def test_slug_follows_github() -> None:
     assert slug(" 2. The update event (topic `update_rank`)") == "2-the-update-event-topic-update_rank"
     assert slug(" Period results (`rank_period_closed`)") == "period-results-rank_period_closed"
+
+
+METRIC = re.compile(r"\brankstream_(?:worker|api)_[a-z_]+")
+
+
+def test_the_metrics_page_names_every_metric_and_no_other() -> None:
+    """Every metric the worker and the API define is on docs/operations/metrics.md, and every one
+    the docs name exists (a counter with its `_total`)."""
+    code = {
+        name
+        for folder in ("worker", "api")
+        for source in (ROOT / folder).glob("*.py")
+        for name in re.findall(r'"(rankstream_(?:worker|api)_[a-z_]+)"', source.read_text())
+    }
+    assert {"rankstream_worker_events", "rankstream_api_requests"} <= code
+    listed = set(METRIC.findall((ROOT / "docs" / "operations" / "metrics.md").read_text()))
+    assert {name.removesuffix("_total") for name in listed} == code
+    named = {m for page in PAGES for m in METRIC.findall(page.read_text())}
+    assert {name for name in named if name.removesuffix("_total") not in code} == set()
