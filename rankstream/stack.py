@@ -260,12 +260,45 @@ def terminate(pid: int, timeout: float) -> None:
 
 
 @dataclass
+class SaslListener:
+    """A second listener, SASL/PLAIN over plain TCP, with Kafka's own authorizer on: its `users`
+    (name -> password) may do only what ACLs allow. The PLAINTEXT listener's clients (and the
+    controller's) are the super user ANONYMOUS, for setting those ACLs up."""
+
+    port: int
+    users: dict[str, str]
+
+    def properties(self) -> dict[str, str]:
+        logins = " ".join(f'user_{name}="{password}"' for name, password in self.users.items())
+        return {
+            "more_listeners": f"SASL_PLAINTEXT://127.0.0.1:{self.port},",
+            "more_advertised": f",SASL_PLAINTEXT://127.0.0.1:{self.port}",
+            "more_protocols": "SASL_PLAINTEXT:SASL_PLAINTEXT,",
+            "more": "\n".join(
+                [
+                    "sasl.enabled.mechanisms=PLAIN",
+                    "listener.name.sasl_plaintext.plain.sasl.jaas.config="
+                    f"org.apache.kafka.common.security.plain.PlainLoginModule required {logins};",
+                    "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+                    "super.users=User:ANONYMOUS",
+                    "allow.everyone.if.no.acl.found=false",
+                ]
+            ),
+        }
+
+
+NO_SASL = {"more_listeners": "", "more_advertised": "", "more_protocols": "", "more": ""}
+
+
+@dataclass
 class LocalKafka(_Server):
-    """Apache Kafka, single-node KRaft, from the cached jars."""
+    """Apache Kafka, single-node KRaft, from the cached jars; with `sasl`, also a listener whose
+    clients log in and meet Kafka's ACLs."""
 
     port: int = 9092
     controller_port: int = 9093
     heap: str = "-Xms256m -Xmx768m"
+    sasl: SaslListener | None = None
 
     @property
     def bootstrap(self) -> str:
@@ -278,13 +311,16 @@ class LocalKafka(_Server):
         props.parent.mkdir(parents=True, exist_ok=True)
         props.write_text(
             _local_file("server.properties").format(
-                port=self.port, controller_port=self.controller_port, data_dir=data
+                port=self.port,
+                controller_port=self.controller_port,
+                data_dir=data,
+                **(NO_SASL if self.sasl is None else self.sasl.properties()),
             ),
             encoding="utf-8",
         )
         log4j = self.folder / "log4j2.properties"
         log4j.write_text(_local_file("log4j2.properties"), encoding="utf-8")
-        for busy in (self.port, self.controller_port):
+        for busy in (self.port, self.controller_port, *([] if self.sasl is None else [self.sasl.port])):
             if not port_bindable(busy):
                 raise StackError(f"port {busy} is taken: stop what listens there or pick other ports")
         classpath = f"{libs}/*"

@@ -129,3 +129,28 @@ def test_the_metrics_page_names_every_metric_and_no_other() -> None:
     assert {name.removesuffix("_total") for name in listed} == code
     named = {m for page in PAGES for m in METRIC.findall(page.read_text())}
     assert {name for name in named if name.removesuffix("_total") not in code} == set()
+
+
+def test_the_documented_redis_user_may_run_every_command_of_the_scripts() -> None:
+    """docs/operations/requirements.md's ACL line allows every command a Lua script calls (the
+    Python side's commands are checked against a real Redis: tests/integration/test_redis_acl.py)."""
+    page = (ROOT / "docs" / "operations" / "requirements.md").read_text()
+    (line,) = [line for line in page.splitlines() if line.startswith("ACL SETUSER rankstream ")]
+    allowed = {rule[1:].lower() for rule in line.split() if rule.startswith("+")}
+    called = {
+        name.lower()
+        for script in (ROOT / "common" / "store" / "lua").glob("*.lua")
+        for first in re.findall(r"redis\.p?call\(([^,)]+)", script.read_text())  # the command argument
+        for name in re.findall(r"['\"]([A-Z]+)['\"]", first)  # `x and 'HLEN' or 'ZCARD'` too
+    }
+    # named by a variable: only guarded.lua's, which runs the commands of the worker's decided
+    # writes (those the integration test above meets, as the worker sends them)
+    unnamed = [
+        (script.name, first)
+        for script in (ROOT / "common" / "store" / "lua").glob("*.lua")
+        for first in re.findall(r"redis\.p?call\(([^,)]+)", script.read_text())
+        if not re.search(r"['\"]", first)
+    ]
+    assert unnamed == [("guarded.lua", "ARGV[at + 2]")]
+    assert {"zadd", "hset", "publish"} <= called
+    assert called - allowed == set()

@@ -1,0 +1,211 @@
+"""The Kafka ACLs docs/operations/requirements.md documents are enough: on a broker with Kafka's
+authorizer on and nothing allowed but those ACLs (set from the page's own commands), each
+process logs in as its documented principal and does its whole job: `rankstream topics`, an
+idempotent producer, the worker (with its dead letters and hot board), the API's replay,
+`rankstream erase` with its wait for the outcome, `recover` and `accept-redis`. And a principal
+without its ACLs is refused, so the broker does enforce them."""
+
+from __future__ import annotations
+
+import logging
+import re
+import shlex
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported at runtime
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    ResourcePatternType,
+    ResourceType,
+)
+
+from common.clock import system_ms
+from common.errors import InfrastructureError
+from common.settings import Settings, load_settings
+from common.store.topology import connect
+from rankstream.admin import erase
+from rankstream.recover import accept_redis, recover
+from rankstream.stack import LocalKafka, SaslListener, free_port
+from rankstream.topics import ensure_topics
+from tests.conftest import Servers, own_settings, remove_keys
+from tests.helpers import api_call, read_all, read_results, running_worker, wait_for
+
+pytestmark = pytest.mark.integration
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "operations" / "requirements.md"
+PRINCIPALS = ("rankstream-worker", "rankstream-api", "game-server", "rankstream-admin")
+RESOURCE = {
+    "--topic": ResourceType.TOPIC,
+    "--group": ResourceType.GROUP,
+    "--transactional-id": ResourceType.TRANSACTIONAL_ID,
+    "--cluster": ResourceType.BROKER,
+}
+
+
+def documented_acls() -> list[list[str]]:
+    """The arguments of each `acl ...` line of the page's shell block."""
+    text = DOC.read_text(encoding="utf-8")
+    block = text[text.index("```sh\nacl()") :]
+    block = block[: block.index("\n```\n")]
+    return [shlex.split(line)[1:] for line in block.splitlines() if line.startswith("acl --")]
+
+
+def bindings(args: list[str], names: dict[str, str]) -> list[AclBinding]:
+    """One AclBinding per (operation, resource) of one documented line; `names`: the documented
+    topic and group names -> this test's."""
+    principal, operations, resources = "", [], []
+    pattern = ResourcePatternType.LITERAL
+    pairs = iter(args)
+    for flag in pairs:
+        value = next(pairs)
+        if flag == "--allow-principal":
+            principal = value
+        elif flag == "--operation":
+            operations.append(AclOperation[re.sub(r"(?<=[a-z])(?=[A-Z])", "_", value).upper()])
+        elif flag == "--resource-pattern-type":
+            pattern = ResourcePatternType[value.upper()]
+        else:
+            resources.append((RESOURCE[flag], names.get(value, value)))
+    assert principal and operations and resources, args
+    return [
+        AclBinding(kind, name, pattern, principal, "*", op, AclPermissionType.ALLOW)
+        for kind, name in resources
+        for op in operations
+    ]
+
+
+def test_the_page_documents_each_principal():
+    lines = documented_acls()
+    assert {args[args.index("--allow-principal") + 1] for args in lines} == {f"User:{p}" for p in PRINCIPALS}
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalKafka, dict[str, str]]]:
+    """A broker of its own whose SASL listener admits the page's principals, each with nothing
+    allowed until the test sets the ACLs (its PLAINTEXT listener is the super user)."""
+    users = {name: uuid.uuid4().hex for name in PRINCIPALS}
+    users["stranger"] = uuid.uuid4().hex
+    broker = LocalKafka(
+        "kafka",
+        tmp_path_factory.mktemp("kafka-acl"),
+        port=free_port(),
+        controller_port=free_port(),
+        sasl=SaslListener(free_port(), users),
+    )
+    try:
+        broker.start()
+        yield broker, users
+    finally:
+        broker.stop()
+
+
+def _as(base: dict[str, Any], broker: LocalKafka, users: dict[str, str], user: str) -> Settings:
+    assert broker.sasl is not None
+    env = {
+        "RANKSTREAM_KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT",
+        "RANKSTREAM_KAFKA_SASL_MECHANISM": "PLAIN",
+        "RANKSTREAM_KAFKA_SASL_USERNAME": user,
+        "RANKSTREAM_KAFKA_SASL_PASSWORD": users[user],
+    }
+    return load_settings(env, **{**base, "kafka_bootstrap": f"127.0.0.1:{broker.sasl.port}"})
+
+
+def test_each_process_does_its_job_with_the_documented_acls_alone(
+    secured: tuple[LocalKafka, dict[str, str]], servers: Servers, caplog: pytest.LogCaptureFixture
+) -> None:
+    broker, users = secured
+    base = own_settings(servers)
+    as_admin = _as(base, broker, users, "rankstream-admin")
+    names = {
+        "update_rank": as_admin.topic_updates,
+        "update_rank.dlq": as_admin.topic_dlq,
+        "update_cache": as_admin.topic_cache,
+        "rank_period_closed": as_admin.topic_results,
+        "rankstream-worker": as_admin.worker_group,
+        "rankstream-worker-": f"{as_admin.worker_group}-",
+    }
+    super_user = AdminClient({"bootstrap.servers": broker.bootstrap})
+    acls = [b for args in documented_acls() for b in bindings(args, names)]
+    for future in super_user.create_acls(acls, request_timeout=30).values():
+        future.result(timeout=30)
+
+    # a principal without ACLs is refused: the broker enforces them
+    stranger = _as(base, broker, users, "stranger")
+    with pytest.raises(InfrastructureError, match="Authorization failed"):
+        ensure_topics(stranger)
+
+    caplog.set_level(logging.WARNING)
+    ensure_topics(as_admin)  # `rankstream topics`, strict
+    producer = Producer(
+        {
+            **_as(base, broker, users, "game-server").librdkafka(),
+            "enable.idempotence": True,
+            "acks": "all",
+        }
+    )
+    model: dict[str, int] = {}
+    for i in range(30):
+        member = f"u{i % 6}"
+        model[member] = model.get(member, 0) + i
+        event = {"id": f"e{i}", "board": "gift:room42", "member": member, "score": i}
+        producer.produce(as_admin.topic_updates, orjson.dumps(event), key=b"gift:room42")
+    coins = {"id": "c1", "board": "coins:global", "member": "u1", "score": 5}  # declares hour results
+    producer.produce(as_admin.topic_updates, orjson.dumps(coins), key=b"coins:global")
+    producer.produce(as_admin.topic_updates, b"{not json", key=b"gift:room42")
+    assert producer.flush(30) == 0
+
+    as_worker = _as(base, broker, users, "rankstream-worker")
+    as_api = _as(base, broker, users, "rankstream-api")
+    client = connect(as_worker.redis_url.get_secret_value(), as_worker.redis_cluster)
+    ahead = [0]  # the worker's clock, moved past the hour's end below
+    with running_worker(as_worker, clock=lambda: system_ms() + ahead[0]):
+        seq = f"{as_worker.key_prefix}{{gift:room42}}:seq"
+        wait_for(lambda: int(client.get(seq) or 0) >= 30, what="30 applied events")
+        status, body = api_call(as_api, "GET", "/v1/boards/gift:room42/top?limit=100")
+        assert status == 200 and body["source"] == "memory", body  # replayed from update_cache
+        assert {item["member"]: item["score"] for item in body["items"]} == model
+        assert "erased 'u1'" in erase(as_admin, "gift:room42", "u1", wait_s=60)
+        # coins:global's hour closes: its result goes out in the emitter's own transactions
+        ahead[0] = 2 * 3_600_000
+        results = super_settings(as_admin, broker)
+        wait_for(lambda: len(read_results(results)) >= 1, what="coins:global's hour result")
+    (result,) = read_results(results)
+    assert orjson.loads(result.value())["board"] == "coins:global"
+    dead = read_all(_reader(broker, as_admin.topic_dlq), 1)
+    assert [m.value() for m in dead] == [b"{not json"]
+
+    assert recover(as_admin)
+    assert accept_redis(as_admin)
+    remove_keys(client, as_admin.key_prefix)
+    client.close()
+    # nothing refused on the way, not even what a process carries on without (the dead-letter
+    # topic's size limit, read with DescribeConfigs)
+    warned = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    refused = [m for m in warned if re.search(r"authoriz|denied|limit unknown", m, re.IGNORECASE)]
+    assert refused == [], "\n".join(refused)
+
+
+def super_settings(settings: Settings, broker: LocalKafka) -> Settings:
+    """`settings` on the broker's PLAINTEXT listener: the super user, for the test's own reads."""
+    return settings.model_copy(update={"kafka_bootstrap": broker.bootstrap})
+
+
+def _reader(broker: LocalKafka, topic: str) -> Consumer:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": broker.bootstrap,
+            "group.id": f"r{uuid.uuid4().hex[:6]}",
+            "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed",
+        }
+    )
+    consumer.subscribe([topic])
+    return consumer
