@@ -6,7 +6,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import redis
-from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from redis.exceptions import RedisClusterException, RedisError
 
 from common.errors import ConfigError, InfrastructureError
@@ -60,3 +60,18 @@ def kafka_consumer(
         return Consumer(settings.librdkafka(extra, defaults))
     except KafkaException as exc:
         raise ConfigError(f"Kafka consumer config: {exc.args[0].str()}") from None
+
+
+def kafka_error(exc: BaseException) -> KafkaError | None:
+    """The Kafka error a failed call carries: a KafkaException's, or that of the KafkaException a
+    SystemError wraps (confluent-kafka raises a fatal error, such as an idempotent producer
+    refused its producer id, as a SystemError from the next callback it runs)."""
+    for found in (exc, exc.__cause__, exc.__context__):
+        if isinstance(found, KafkaException) and found.args and isinstance(found.args[0], KafkaError):
+            return found.args[0]
+    return None
+
+
+def is_authorization(error: KafkaError) -> bool:
+    """Kafka refused the call for want of an ACL."""
+    return "AUTHORIZATION" in (error.name() or "")

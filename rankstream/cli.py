@@ -8,6 +8,9 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from confluent_kafka import KafkaError, KafkaException
+
+from common.clients import is_authorization, kafka_error
 from common.errors import ConfigError, InfrastructureError, RankstreamError, StackError, TopicsDifferError
 from common.logs import setup_logging
 from common.settings import Settings, load_settings
@@ -243,6 +246,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+_ACL_HINT = " (what each command needs: docs/operations/requirements.md#kafka-acls)"
+
+
+def _refusal_line(error: KafkaError) -> str:
+    hint = _ACL_HINT if is_authorization(error) else ""
+    return f"Kafka refused: {error.str()}{hint}"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     func: Callable[[argparse.Namespace, Settings], int] = args.func
@@ -259,6 +270,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except RankstreamError as exc:
         logging.getLogger("rankstream").error("%s", exc)  # noqa: TRY400 - an expected failure, one line
+        return 1
+    except (KafkaException, SystemError) as exc:
+        refused = kafka_error(exc)
+        if refused is None:
+            raise
+        print(f"rankstream: {_refusal_line(refused)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130

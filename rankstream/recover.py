@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from common.clients import redis_client
+from common.clients import is_authorization, kafka_error, redis_client
 from common.errors import ConfigError
 from common.settings import Settings
 from common.store.advance import raise_applied
@@ -51,8 +51,11 @@ def _group(settings: Settings, admin: AdminClient) -> _Group:
     topic = settings.topic_updates
     try:
         topic_id, partitions = describe_topic(admin, topic)
-    except Exception as exc:  # noqa: BLE001 - one line for the operator
-        raise ConfigError(f"topic {topic}: {exc}") from None
+    except Exception as exc:
+        refused = kafka_error(exc)
+        if refused is not None and is_authorization(refused):
+            raise  # rankstream.cli says which permission is missing
+        raise ConfigError(f"topic {topic}: {exc if refused is None else refused.str()}") from None
     reader = commits_reader(settings)
     try:
         return _Group(topic_id, partitions, group_commits(reader, topic, partitions))

@@ -10,6 +10,8 @@ from __future__ import annotations
 import logging
 import re
 import shlex
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,7 +38,7 @@ from rankstream.recover import accept_redis, recover
 from rankstream.stack import LocalKafka, SaslListener, free_port
 from rankstream.topics import ensure_topics
 from tests.conftest import Servers, own_settings, remove_keys
-from tests.helpers import api_call, read_all, read_results, running_worker, wait_for
+from tests.helpers import api_call, read_all, read_results, running_worker, wait_for, worker_env
 
 pytestmark = pytest.mark.integration
 
@@ -92,7 +94,8 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalKaf
     """A broker of its own whose SASL listener admits the page's principals, each with nothing
     allowed until the test sets the ACLs (its PLAINTEXT listener is the super user)."""
     users = {name: uuid.uuid4().hex for name in PRINCIPALS}
-    users["stranger"] = uuid.uuid4().hex
+    users["stranger"] = uuid.uuid4().hex  # no ACL at all
+    users["describer"] = uuid.uuid4().hex  # may describe the topics, nothing more
     broker = LocalKafka(
         "kafka",
         tmp_path_factory.mktemp("kafka-acl"),
@@ -209,3 +212,66 @@ def _reader(broker: LocalKafka, topic: str) -> Consumer:
     )
     consumer.subscribe([topic])
     return consumer
+
+
+@pytest.mark.parametrize(
+    ("user", "command"),
+    [
+        ("stranger", ["topics"]),
+        ("stranger", ["erase", "gift:room42", "u1", "--no-wait"]),
+        ("stranger", ["reset", "gift:room42", "--no-wait"]),
+        ("stranger", ["recover"]),
+        ("stranger", ["accept-redis"]),
+        # may see the topic but not write it: its idempotent producer is refused a producer id, a
+        # fatal error that confluent-kafka raises from inside the next callback
+        ("describer", ["erase", "gift:room42", "u1", "--no-wait"]),
+    ],
+    ids=lambda v: v if isinstance(v, str) else v[0],
+)
+def test_a_command_without_its_acls_says_so_in_one_line(
+    secured: tuple[LocalKafka, dict[str, str]], servers: Servers, user: str, command: list[str]
+) -> None:
+    broker, users = secured
+    assert broker.sasl is not None
+    settings = load_settings({}, **own_settings(servers))
+    if user == "describer":
+        ensure_topics(super_settings(settings, broker))
+        see = AclBinding(
+            ResourceType.TOPIC,
+            settings.topic_updates,
+            ResourcePatternType.LITERAL,
+            "User:describer",
+            "*",
+            AclOperation.DESCRIBE,
+            AclPermissionType.ALLOW,
+        )
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})  # kept until its futures end
+        for future in admin.create_acls([see]).values():
+            future.result(timeout=30)
+    env = {
+        **worker_env(settings),
+        "RANKSTREAM_KAFKA_BOOTSTRAP": f"127.0.0.1:{broker.sasl.port}",
+        "RANKSTREAM_KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT",
+        "RANKSTREAM_KAFKA_SASL_MECHANISM": "PLAIN",
+        "RANKSTREAM_KAFKA_SASL_USERNAME": user,
+        "RANKSTREAM_KAFKA_SASL_PASSWORD": users[user],
+        "RANKSTREAM_LOG_LEVEL": "ERROR",
+        "RANKSTREAM_TOPIC_REPLICATION": "1",  # the broker is alone
+        "RANKSTREAM_TOPIC_MIN_INSYNC_REPLICAS": "1",
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "rankstream.cli", *command],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 1, (done.returncode, done.stderr)
+    assert "Traceback" not in done.stderr, done.stderr
+    assert users[user] not in done.stdout + done.stderr  # the secret stays out
+    # one line says it, "rankstream: ..." or the JSON log line of an error; before it at most
+    # librdkafka's own JSON log line of the same refusal
+    *before, line = done.stderr.splitlines()
+    assert len(before) <= 1 and all(b.startswith('{"') for b in before), done.stderr
+    assert re.search(r"authoriz", line, re.IGNORECASE), line
