@@ -29,18 +29,23 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported
     ResourceType,
 )
 
+from common.boards import load_boards
+from common.clients import kafka_producer
 from common.clock import system_ms
 from common.errors import InfrastructureError
 from common.settings import Settings, load_settings
+from common.store.keys import BoardKeys
 from common.store.topology import connect
 from rankstream.admin import erase
+from rankstream.periods import republish
 from rankstream.recover import accept_redis, recover
 from rankstream.stack import LocalKafka, SaslListener, free_port
 from rankstream.topics import ensure_topics
 from tests.conftest import Servers, own_settings, remove_keys
 from tests.helpers import api_call, read_all, read_results, running_worker, wait_for, worker_env
+from worker.main import cache_publisher
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]  # a broker of its own
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "operations" / "requirements.md"
 PRINCIPALS = ("rankstream-worker", "rankstream-api", "game-server", "rankstream-admin")
@@ -181,7 +186,15 @@ def test_each_process_does_its_job_with_the_documented_acls_alone(
         results = super_settings(as_admin, broker)
         wait_for(lambda: len(read_results(results)) >= 1, what="coins:global's hour result")
     (result,) = read_results(results)
-    assert orjson.loads(result.value())["board"] == "coins:global"
+    sent = orjson.loads(result.value())
+    assert sent["board"] == "coins:global"
+    assert "republished" in republish(as_admin, "coins:global", sent["period"], "hour")
+    # `rankstream backfill`, as after its board's flag was dropped: the whole board again
+    client.delete(BoardKeys(as_admin.key_prefix, "gift:room42").hot_ready)
+    boards = load_boards(as_admin.boards)
+    producer = kafka_producer(as_admin, {"enable.idempotence": True, "acks": "all"})
+    backfilled = cache_publisher(as_admin, boards, producer, client).published
+    assert backfilled >= 3 * (len(model) - 1) + 1  # its 3 hot windows' members (u1 erased), a marker
     dead = read_all(_reader(broker, as_admin.topic_dlq), 1)
     assert [m.value() for m in dead] == [b"{not json"]
 

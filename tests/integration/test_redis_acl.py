@@ -96,6 +96,7 @@ def _refusals(rclient: Store, user: str) -> list[str]:
     return found
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("topology", ["single", "cluster"], indirect=True)
 def test_the_service_runs_as_the_documented_redis_user(limited, rclient, producer):
     settings, user = limited

@@ -116,19 +116,21 @@ METRIC = re.compile(r"\brankstream_(?:worker|api)_[a-z_]+")
 
 
 def test_the_metrics_page_names_every_metric_and_no_other() -> None:
-    """Every metric the worker and the API define is on docs/operations/metrics.md, and every one
-    the docs name exists (a counter with its `_total`)."""
-    code = {
-        name
+    """Every metric the worker and the API expose is on docs/operations/metrics.md by the name
+    Prometheus shows (a counter with its `_total`, a gauge or histogram without), and every one
+    the docs name exists."""
+    defined = re.compile(r'(Counter|Gauge|Histogram)(?:MetricFamily)?\(\s*"(rankstream_(?:worker|api)_[a-z_]+)"')
+    exposed = {
+        name + "_total" * (kind == "Counter")
         for folder in ("worker", "api")
         for source in (ROOT / folder).glob("*.py")
-        for name in re.findall(r'"(rankstream_(?:worker|api)_[a-z_]+)"', source.read_text())
+        for kind, name in defined.findall(source.read_text())
     }
-    assert {"rankstream_worker_events", "rankstream_api_requests"} <= code
+    assert {"rankstream_worker_events_total", "rankstream_worker_state_cells"} <= exposed
     listed = set(METRIC.findall((ROOT / "docs" / "operations" / "metrics.md").read_text()))
-    assert {name.removesuffix("_total") for name in listed} == code
+    assert listed == exposed
     named = {m for page in PAGES for m in METRIC.findall(page.read_text())}
-    assert {name for name in named if name.removesuffix("_total") not in code} == set()
+    assert named - exposed == set()
 
 
 def test_the_documented_redis_user_may_run_every_command_of_the_scripts() -> None:
