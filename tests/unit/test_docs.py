@@ -119,7 +119,9 @@ def test_the_metrics_page_names_every_metric_and_no_other() -> None:
     """Every metric the worker and the API expose is on docs/operations/metrics.md by the name
     Prometheus shows (a counter with its `_total`, a gauge or histogram without), and every one
     the docs name exists."""
-    defined = re.compile(r'(Counter|Gauge|Histogram)(?:MetricFamily)?\(\s*"(rankstream_(?:worker|api)_[a-z_]+)"')
+    defined = re.compile(
+        r'(Counter|Gauge|Histogram)(?:MetricFamily)?\(\s*"(rankstream_(?:worker|api)_[a-z_]+)"'
+    )
     exposed = {
         name + "_total" * (kind == "Counter")
         for folder in ("worker", "api")
