@@ -29,6 +29,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient
+from hypothesis import settings as hypothesis_settings
 
 from common.settings import Settings, load_settings
 from common.store.topology import Store, connect
@@ -40,6 +41,10 @@ from tests.boundaries import ENV as BOUNDARY_ENV
 from tests.boundaries import session_boundary
 
 ROOT = Path(__file__).resolve().parent.parent
+# A test proves behaviour, not speed: no per-example deadline (hypothesis' default, 200 ms, fails
+# examples on a loaded 2-core box; timing belongs in `make bench`)
+hypothesis_settings.register_profile("rankstream", deadline=None)
+hypothesis_settings.load_profile("rankstream")
 KAFKA_IMAGE = "apache/kafka:4.1.1"
 REDIS_IMAGE = "redis:7.4"
 

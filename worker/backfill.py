@@ -3,7 +3,15 @@ update_cache before any marker says "complete". Run by every worker at start (on
 lock, the others skip) and by `rankstream backfill`.
 
 Every record is labelled with the board seq read *before* the scan: a change made during the
-scan is published live with a higher seq, and replay keeps the higher seq, whatever the order."""
+scan is published live with a higher seq, and replay keeps the higher seq, whatever the order.
+
+The flag (BoardKeys.hot_ready, "<seq>|<window>,<window>...") says which hot windows were
+backfilled; workers publish a board's markers only while the flag covers every window their
+config makes hot, so a window added to a hot board is backfilled too. A board that stops being
+hot stops being published: every worker, at start, drops the flags of the boards its config no
+longer makes hot (the set keys.hot_flagged lists them), so the board is backfilled again when it
+becomes hot again. A flag of the form "<seq>" (before windows were recorded) covers nothing: such
+a board is backfilled once more, which replay takes as it takes any record."""
 
 from __future__ import annotations
 
@@ -13,8 +21,17 @@ from common.boards import BoardsConfig, WindowKind
 from common.cache_records import marker_record, state_record
 from common.periods import parse_period
 from common.store import scan
-from common.store.encoding import Packing, TieMode, tie_mode, window_bits, window_packing
-from common.store.keys import BoardKeys
+from common.store.encoding import (
+    Packing,
+    TieMode,
+    hot_flag,
+    hot_flag_covers,
+    text,
+    tie_mode,
+    window_bits,
+    window_packing,
+)
+from common.store.keys import BoardKeys, hot_flagged
 from common.store.topology import Store
 from worker.publisher import CachePublisher
 
@@ -54,16 +71,15 @@ def backfill_board(
 ) -> int | None:
     """Publish the board's state and its marker, then flag it. None if another worker holds it."""
     keys = BoardKeys(key_prefix, board)
-    if client.exists(keys.hot_ready):
+    windows = boards.hot_windows(board)
+    if hot_flag_covers(client.get(keys.hot_ready), windows):
         return 0
     if not client.set(keys.hot_lock, "1", nx=True, px=LOCK_MS):
         return None
     try:
         seq0 = int(client.get(keys.seq) or 0)
         published = 0
-        for instance, packing, mode in _instances(
-            client, keys, boards.hot_windows(board), boards, board.split(":", 1)[0]
-        ):
+        for instance, packing, mode in _instances(client, keys, windows, boards, board.split(":", 1)[0]):
             for page in scan.state_pages(client, keys, instance, packing, mode):
                 for row in page:
                     record = state_record(
@@ -79,13 +95,26 @@ def backfill_board(
                     published += 1
         publisher.produce(board, *marker_record(board, seq0))
         publisher.flush(timeout)
-        client.set(keys.hot_ready, str(seq0))
+        client.sadd(hot_flagged(key_prefix), board)  # before the flag: every flag is listed
+        client.set(keys.hot_ready, hot_flag(seq0, windows))
         _log.info("hot board backfilled", extra={"board": board, "records": published, "seq": seq0})
         return published
     finally:
         client.delete(keys.hot_lock)
 
 
+def forget_cold(client: Store, boards: BoardsConfig, key_prefix: str) -> list[str]:
+    """Drop the flags of the boards the config no longer makes hot; the boards dropped."""
+    listed = hot_flagged(key_prefix)
+    cold = sorted(b for b in (text(raw) for raw in client.smembers(listed)) if not boards.hot_windows(b))
+    for board in cold:
+        client.delete(BoardKeys(key_prefix, board).hot_ready)
+        client.srem(listed, board)
+        _log.info("hot board no longer hot: its backfill flag dropped", extra={"board": board})
+    return cold
+
+
 def backfill_all(client: Store, publisher: CachePublisher, boards: BoardsConfig, key_prefix: str) -> None:
+    forget_cold(client, boards, key_prefix)
     for hot in boards.hot:
         backfill_board(client, publisher, boards=boards, key_prefix=key_prefix, board=hot.board)

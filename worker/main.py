@@ -27,7 +27,7 @@ from common.settings import Settings
 from common.store.replicas import ReplicaWait
 from common.store.topology import Store
 from worker.apply import Applier
-from worker.backfill import backfill_all
+from worker.backfill import backfill_all, forget_cold
 from worker.consumer import WorkerLoop, exit_reserve
 from worker.delivery import Deliveries
 from worker.dlq import DeadLetters
@@ -149,7 +149,9 @@ def build_loop(
             f"(init_transactions): {exc.args[0] if exc.args else exc}"
         ) from None
     publisher = acked = None
-    if boards.hot:
+    if not boards.hot:  # none hot (any more): drop the flags of those that were (backfill_all does it too)
+        forget_cold(client, boards, settings.key_prefix)
+    else:
         # the backfill on a plain producer (it may outgrow a transaction), live records in the
         # batches' transactions
         backfill_producer = kafka_producer(settings, {"enable.idempotence": True, "acks": "all"})

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from common.boards import BoardsConfig
 from common.cache_records import deleted_record, marker_record, partition_for, reset_record, state_record
 from common.events import Op
-from common.store.encoding import MemberState, Status
+from common.store.encoding import MemberState, Status, hot_flag_covers
 from common.store.keys import TOTAL_INSTANCE, BoardKeys
 from common.store.topology import Store
 from worker.apply import Outcome
@@ -69,7 +69,9 @@ class CachePublisher:
 
     def backfilled(self, board: str) -> bool:
         """Markers promise completeness, so none goes out before the board's backfill is done."""
-        if board not in self._backfilled and self._client.exists(BoardKeys(self._prefix, board).hot_ready):
+        if board not in self._backfilled and hot_flag_covers(
+            self._client.get(BoardKeys(self._prefix, board).hot_ready), self._boards.hot_windows(board)
+        ):
             self._backfilled.add(board)
         return board in self._backfilled
 

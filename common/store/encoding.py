@@ -250,3 +250,18 @@ def memory_member(mode: TieMode, desc: bool, body: bytes) -> tuple[str, int]:
 def memory_member_id(mode: TieMode, desc: bool, body: bytes) -> str:
     """The member of a `memory_body` without its terminator (a page's hot path: no tie)."""
     return (body.translate(_INVERT) if desc else body)[0 if mode is TieMode.NONE else TIE_BYTES :].decode()
+
+
+def hot_flag(seq: int, windows: tuple[str, ...]) -> str:
+    """A hot board's backfill flag (BoardKeys.hot_ready): the seq it was backfilled at and which
+    windows (worker/backfill.py)."""
+    return f"{seq}|{','.join(sorted(windows))}"
+
+
+def hot_flag_covers(raw: bytes | str | None, windows: tuple[str, ...]) -> bool:
+    """Whether a board's flag says every one of `windows` was backfilled (a flag of the form
+    "<seq>", from before the windows were recorded, says none was)."""
+    if raw is None:
+        return False
+    _, sep, names = text(raw).partition("|")
+    return bool(sep) and set(windows) <= set(names.split(","))

@@ -224,6 +224,12 @@ def partition_sources(prefix: str, group: str, topic: str) -> str:
     return f"{prefix}{{sources:{group}}}:{topic}"
 
 
+def hot_flagged(prefix: str) -> str:
+    """Set of the boards whose backfill flag (BoardKeys.hot_ready) is set: what a worker checks
+    against its config at start, to drop the flags of boards no longer hot (worker/backfill.py)."""
+    return f"{prefix}{{hot}}:flagged"
+
+
 def results_due(prefix: str) -> str:
     """Every period whose result is not yet emitted: zset `<board>|<window>|<period>` -> due ms."""
     return f"{prefix}{{results}}:due"

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, cast
 
@@ -98,12 +99,15 @@ def memory_snapshot(hot: HotBoard) -> dict[str, dict[str, tuple[float, int, int]
     return {inst: window.items() for inst, window in hot.instances.items()}
 
 
-def assert_memory_equals_redis(client: redis.Redis, prefix: str, hot: HotBoard) -> int:
-    """Member by member (score and tie time) and in order, every hot window instance."""
+def assert_memory_equals_redis(
+    client: redis.Redis, prefix: str, hot: HotBoard, windows: Iterable[str] | None = None
+) -> int:
+    """Member by member (score and tie time) and in order, every hot window instance (`windows`:
+    the board's hot windows, if not HOT's)."""
     keys = BoardKeys(prefix, hot.board)
     compared = 0
     redis_instances: dict[str, int | None] = {}  # instance -> its packed tie bits (None: general)
-    for window in HOT[hot.board]:
+    for window in HOT[hot.board] if windows is None else windows:
         bits = PACKED_BITS.get(hot.board.split(":")[0], {}).get(window)
         packed = bits is not None
         pattern = keys.rank("total") if window == "total" else keys.instance_pattern(window, packed)
@@ -392,3 +396,56 @@ def test_an_open_transaction_on_update_cache_holds_no_node_back(make_settings, t
         assert ready_s < 20  # well inside the zombie's 120 s transaction timeout
     finally:
         zombie.abort_transaction(30)
+
+
+def _config(tmp_path: Path, name: str, hot: dict[str, tuple[str, ...]]) -> Path:
+    path = tmp_path / f"{name}.yaml"
+    lines = "".join(f'  - {{board: "{b}", windows: [{", ".join(w)}]}}\n' for b, w in hot.items())
+    path.write_text(ORACLE_BOARDS_RANGED + ("hot:\n" + lines if hot else ""))
+    return path
+
+
+def _node_holds_what_redis_holds(settings: Settings, client: redis.Redis, windows: set[str]) -> None:
+    """A node started now becomes ready, holds `windows` of gift:r0 and, once caught up, exactly
+    what Redis holds."""
+    with NodeRunner(settings) as node:
+        wait_for(lambda: node.get("/readyz")[0] == 200, 60, f"the node ready, hot on {sorted(windows)}")
+        wait_memory_caught_up(node, client, settings)
+        held = node.call(
+            lambda app: {i.split(":")[0] for i in app[APP_STATE].hot.boards["gift:r0"].instances}
+        )
+        assert held == windows
+        compared = node.call(
+            lambda app: assert_memory_equals_redis(
+                client, settings.key_prefix, app[APP_STATE].hot.boards["gift:r0"], windows
+            )
+        )
+        assert compared >= 10  # members compared (a fifth of the stream's gift:r0 has ~19)
+
+
+@pytest.mark.slow
+def test_a_window_added_and_a_board_hot_again_come_up_complete(make_settings, tmp_path, rclient):
+    """The backfill flag records which windows it covers, and workers drop the flags of boards no
+    longer hot: a window added to a hot board, and a board hot again after a spell of being cold
+    (its changes meanwhile never published), are backfilled, so a node that says ready holds
+    exactly what Redis holds. Without either, the node is ready with the new window or the cold
+    spell's changes missing."""
+    first = hot_settings(make_settings, tmp_path)
+    steps = [  # (config name, hot windows of gift:r0)
+        ("total", ("total",)),
+        ("both", ("total", "day")),  # a window added
+        ("cold", ()),  # not hot: its changes go unpublished
+        ("again", ("total", "day")),  # hot again
+    ]
+    start = now_ms()
+    messages = list(generate(seed=36, total=8_000, now_ms=start, boards=ALL_BOARDS))
+    for step, (name, windows) in enumerate(steps):
+        settings = first.model_copy(
+            update={"boards": _config(tmp_path, name, {"gift:r0": windows} if windows else {})}
+        )
+        produce(settings, messages[2000 * step : 2000 * (step + 1)])
+        applied = sum(model_with_history(messages[: 2000 * (step + 1)], start)[0].seq.values())
+        with running_worker(settings):
+            wait_for(lambda: applied_so_far(rclient, settings) >= applied, 120, f"part {step} applied")  # noqa: B023
+            if windows:
+                _node_holds_what_redis_holds(settings, rclient, set(windows))
