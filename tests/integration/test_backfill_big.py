@@ -7,6 +7,7 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from common.cache_records import partition_for
+from common.store.encoding import hot_flag
 from rankstream.topics import CACHE_PARTITIONS, ensure_topics
 from tests.helpers import backfill
 
@@ -29,4 +30,5 @@ def test_backfill_of_a_board_larger_than_the_producer_queue(make_settings, tmp_p
     _, high = reader.get_watermark_offsets(partition, timeout=10)
     reader.close()
     assert high == members + 1  # every member, then the marker
-    assert rclient.get(f"{settings.key_prefix}{{gift:big}}:hot") == str(members).encode()
+    flag = rclient.get(f"{settings.key_prefix}{{gift:big}}:hot")
+    assert flag == hot_flag(members, ("total",)).encode() == b"120000|total"  # backfilled at that seq
