@@ -10,9 +10,10 @@ import logging
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -41,6 +42,20 @@ MAX_REPLICATION = 32_767  # Kafka's replication factor is a 16-bit field
 DAY_MS = 86_400_000
 MIN_RETENTION_MS = 3_600_000  # shorter: surely seconds written for milliseconds
 _RETENTION_ALLOWED = f"`-1` (forever), or an integer at least {MIN_RETENTION_MS} (1 hour)"
+
+
+def _retention(value: int) -> int:
+    if value != -1 and value < MIN_RETENTION_MS:
+        raise ValueError(f"must be -1 (forever) or at least {MIN_RETENTION_MS} ms (1 hour), got {value}")
+    return value
+
+
+# the bounds each kind of topic setting shares, in one place
+Partitions = Annotated[int, Field(ge=1, le=MAX_PARTITIONS)]
+Replicas = Annotated[int, Field(ge=1, le=MAX_REPLICATION)]
+RetentionMs = Annotated[
+    int, AfterValidator(_retention), Field(json_schema_extra={"allowed": _RETENTION_ALLOWED})
+]
 
 
 class Settings(BaseModel):
@@ -114,76 +129,61 @@ class Settings(BaseModel):
         "that declare `period_results` (see [period results](period-results.md)).",
     )
     # rankstream/topics.py: what `rankstream topics` creates, and checks existing topics against
-    topic_replication: int = Field(
+    topic_replication: Replicas = Field(
         default=3,
-        ge=1,
-        le=MAX_REPLICATION,
         description="Replication factor of the topics `rankstream topics` creates (each partition on "
         "this many brokers). The default suits a cluster of 3 or more brokers; the local stack and "
         "the tests use 1. More than the brokers the cluster reports is refused with one line "
         "(status 2). See [topics](operations/topics.md).",
     )
-    topic_min_insync_replicas: int = Field(
+    topic_min_insync_replicas: Replicas = Field(
         default=2,
-        ge=1,
-        le=MAX_REPLICATION,
         description="`min.insync.replicas` of the topics `rankstream topics` creates: a write with "
         "`acks=all` (the workers' writes, and producers set up as [producing](producing.md) says) is "
         "acknowledged only once this many replicas have it, so one broker lost loses nothing "
         "acknowledged. At most `RANKSTREAM_TOPIC_REPLICATION`; the local stack and the tests use 1.",
     )
-    topic_updates_partitions: int = Field(
+    topic_updates_partitions: Partitions = Field(
         default=UPDATES_PARTITIONS,
-        ge=1,
-        le=MAX_PARTITIONS,
         description="Partitions of `update_rank` (`RANKSTREAM_TOPIC_UPDATES`): the most workers that "
         "apply events at once. Partitions can be added later, never removed; see "
         "[topics](operations/topics.md#adding-partitions-to-update_rank) for what that does to "
         "ordering and offset fences.",
     )
-    topic_updates_retention_ms: int = Field(
+    topic_updates_retention_ms: RetentionMs = Field(
         default=7 * DAY_MS,
         description="How long `update_rank` keeps events (`retention.ms`, milliseconds; `-1`: "
         "forever). `rankstream recover` re-reads `update_rank` from the offsets a restored Redis "
         "holds, so keep it longer than the age of your oldest usable Redis backup plus the time to "
         "notice a loss and restore it.",
-        json_schema_extra={"allowed": _RETENTION_ALLOWED},
     )
-    topic_dlq_partitions: int = Field(
+    topic_dlq_partitions: Partitions = Field(
         default=1,
-        ge=1,
-        le=MAX_PARTITIONS,
         description="Partitions of the dead-letter topic (`RANKSTREAM_TOPIC_DLQ`): one keeps the dead "
         "letters in the order they were written.",
     )
-    topic_dlq_retention_ms: int = Field(
+    topic_dlq_retention_ms: RetentionMs = Field(
         default=30 * DAY_MS,
         description="How long the dead-letter topic keeps its records (`retention.ms`, milliseconds; "
         "`-1`: forever): the time you have to read a dead letter, fix its cause and produce it "
         "again.",
-        json_schema_extra={"allowed": _RETENTION_ALLOWED},
     )
-    topic_cache_partitions: int = Field(
+    topic_cache_partitions: Partitions = Field(
         default=CACHE_PARTITIONS,
-        ge=1,
-        le=MAX_PARTITIONS,
         description="Partitions of `update_cache` (`RANKSTREAM_TOPIC_CACHE`): an API node replays "
         "only its hot boards' partitions. Compacted, so it has no time retention. Never add "
         "partitions to an existing one: API nodes would replay a partial board (to change the count, "
         "see [topics](operations/topics.md#update_cache)).",
     )
-    topic_results_partitions: int = Field(
+    topic_results_partitions: Partitions = Field(
         default=RESULTS_PARTITIONS,
-        ge=1,
-        le=MAX_PARTITIONS,
         description="Partitions of `rank_period_closed` (`RANKSTREAM_TOPIC_RESULTS`); each period's "
         "result goes to the partition of its key.",
     )
-    topic_results_retention_ms: int = Field(
+    topic_results_retention_ms: RetentionMs = Field(
         default=30 * DAY_MS,
         description="How long `rank_period_closed` keeps a result (`retention.ms`, milliseconds; "
         "`-1`: forever); compaction also keeps only the latest record of each period meanwhile.",
-        json_schema_extra={"allowed": _RETENTION_ALLOWED},
     )
     worker_group: str = Field(
         default="rankstream-worker",
@@ -341,13 +341,6 @@ class Settings(BaseModel):
         if upper not in LOG_LEVELS:
             raise ValueError(f"unknown log level {value!r}")
         return upper
-
-    @field_validator("topic_updates_retention_ms", "topic_dlq_retention_ms", "topic_results_retention_ms")
-    @classmethod
-    def _retention(cls, value: int) -> int:
-        if value != -1 and value < MIN_RETENTION_MS:
-            raise ValueError(f"must be -1 (forever) or at least {MIN_RETENTION_MS} ms (1 hour), got {value}")
-        return value
 
     @model_validator(mode="after")
     def _min_insync_within_replication(self) -> Settings:

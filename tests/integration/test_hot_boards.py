@@ -54,7 +54,15 @@ from worker.metrics import WorkerMetrics
 
 pytestmark = pytest.mark.integration
 HOT = {"gift:r0": ("total", "day"), "score:s0": ("total",), "ranged:g0": ("total", "day", "week")}
-HOT_YAML = "hot:\n" + "".join(f'  - {{board: "{b}", windows: [{", ".join(w)}]}}\n' for b, w in HOT.items())
+
+
+def hot_yaml(hot: dict[str, tuple[str, ...]]) -> str:
+    """The config's `hot:` section for these boards and windows ("" for none)."""
+    lines = "".join(f'  - {{board: "{b}", windows: [{", ".join(w)}]}}\n' for b, w in hot.items())
+    return "hot:\n" + lines if hot else ""
+
+
+HOT_YAML = hot_yaml(HOT)
 ALL_BOARDS = [*BOARDS, *RANGED_BOARDS]
 History = dict[tuple[str, str, str], list[tuple[int, tuple[float, int] | None]]]
 
@@ -400,8 +408,7 @@ def test_an_open_transaction_on_update_cache_holds_no_node_back(make_settings, t
 
 def _config(tmp_path: Path, name: str, hot: dict[str, tuple[str, ...]]) -> Path:
     path = tmp_path / f"{name}.yaml"
-    lines = "".join(f'  - {{board: "{b}", windows: [{", ".join(w)}]}}\n' for b, w in hot.items())
-    path.write_text(ORACLE_BOARDS_RANGED + ("hot:\n" + lines if hot else ""))
+    path.write_text(ORACLE_BOARDS_RANGED + hot_yaml(hot))
     return path
 
 

@@ -115,15 +115,21 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalKaf
         broker.stop()
 
 
-def _as(base: dict[str, Any], broker: LocalKafka, users: dict[str, str], user: str) -> Settings:
+def _login(broker: LocalKafka, users: dict[str, str], user: str) -> dict[str, str]:
+    """The environment that has every Kafka client log in on the SASL listener as `user`."""
     assert broker.sasl is not None
-    env = {
+    return {
+        "RANKSTREAM_KAFKA_BOOTSTRAP": f"127.0.0.1:{broker.sasl.port}",
         "RANKSTREAM_KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT",
         "RANKSTREAM_KAFKA_SASL_MECHANISM": "PLAIN",
         "RANKSTREAM_KAFKA_SASL_USERNAME": user,
         "RANKSTREAM_KAFKA_SASL_PASSWORD": users[user],
     }
-    return load_settings(env, **{**base, "kafka_bootstrap": f"127.0.0.1:{broker.sasl.port}"})
+
+
+def _as(base: dict[str, Any], broker: LocalKafka, users: dict[str, str], user: str) -> Settings:
+    login = _login(broker, users, user)  # the base's own bootstrap would override the login's
+    return load_settings(login, **{**base, "kafka_bootstrap": login["RANKSTREAM_KAFKA_BOOTSTRAP"]})
 
 
 def test_each_process_does_its_job_with_the_documented_acls_alone(
@@ -263,11 +269,7 @@ def test_a_command_without_its_acls_says_so_in_one_line(
             future.result(timeout=30)
     env = {
         **worker_env(settings),
-        "RANKSTREAM_KAFKA_BOOTSTRAP": f"127.0.0.1:{broker.sasl.port}",
-        "RANKSTREAM_KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT",
-        "RANKSTREAM_KAFKA_SASL_MECHANISM": "PLAIN",
-        "RANKSTREAM_KAFKA_SASL_USERNAME": user,
-        "RANKSTREAM_KAFKA_SASL_PASSWORD": users[user],
+        **_login(broker, users, user),
         "RANKSTREAM_LOG_LEVEL": "ERROR",
         "RANKSTREAM_TOPIC_REPLICATION": "1",  # the broker is alone
         "RANKSTREAM_TOPIC_MIN_INSYNC_REPLICAS": "1",
