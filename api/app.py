@@ -152,6 +152,7 @@ def create_app(settings: Settings, boards: BoardsConfig, clock: Clock = system_m
             settings.warm_check_s,
             client,
             CHANGES_NAME,
+            shards_of=boards.shards_of,
         )
         app.cleanup_ctx.append(functools.partial(follow_changes, feed=feed))
         state.metrics.watch_warm(state.warm, feed)

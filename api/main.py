@@ -31,17 +31,21 @@ import os
 import signal
 import time
 
+import redis
 import uvloop
 from aiohttp import web
 from aiohttp.http_exceptions import BadHttpMessage
 
 from api.app import IN_FLIGHT, create_app
 from api.state import APP_STATE
-from common.boards import load_boards
+from common.boards import BoardsConfig, load_boards
+from common.clients import redis_client
 from common.clock import service_clock
 from common.deadline import exit_at
+from common.errors import InfrastructureError
 from common.logs import flush_logs
 from common.settings import Settings
+from common.store import shardcount
 
 _log = logging.getLogger(__name__)
 # Of the deadline, what the drain leaves for the steps after it (cancelling what is still in
@@ -124,9 +128,24 @@ async def _serve(app: web.Application, settings: Settings) -> None:
         await runner.cleanup()
 
 
+def _check_shards(settings: Settings, boards: BoardsConfig) -> None:
+    """Refuse a config whose types' shard counts differ from those their data was written with
+    (ConfigError); a Redis away at start is the workers' to check (they can't start without it)."""
+    try:
+        client = redis_client(settings)
+        try:
+            shardcount.check(client, settings.key_prefix, boards, os.fspath(settings.boards))
+        finally:
+            client.close()
+    except (InfrastructureError, redis.RedisError) as exc:
+        if any(t.shards > 1 for t in boards.types.values()):  # else nothing to check but records
+            _log.warning("shard counts not checked: Redis is away", extra={"error": str(exc)})
+
+
 def run_api(settings: Settings) -> int:
     logging.getLogger("aiohttp.server").addFilter(_NoTraceForBadRequests())
     boards = load_boards(settings.boards)
+    _check_shards(settings, boards)
     app = create_app(settings, boards, service_clock(settings))
     state = app[APP_STATE]
     _log.info("api starting", extra={"port": settings.api_port})

@@ -16,7 +16,7 @@ from api.front import Front
 from api.memory_reader import MemoryBoardReader
 from api.params import MAX_AROUND, MAX_LIMIT, Target, int_param, member_id, score_param, target
 from api.reader import BoardReader
-from api.redis_reader import RedisBoardReader
+from api.redis_reader import RedisBoardReader, ShardedBoardReader
 from api.state import APP_STATE
 from common.store.keys import BoardKeys
 
@@ -42,8 +42,11 @@ def reader_for(request: web.Request, where: Target) -> BoardReader:
     if known is None:
         if len(state.redis_readers) >= MAX_READERS:
             state.redis_readers.clear()  # cheaper per read than an LRU; rebuilt as they are read
-        keys = BoardKeys(state.key_prefix, where.board)
-        known = state.redis_readers[where.board, where.instance] = RedisBoardReader(state.redis, keys, where)
+        if where.board_type.shards > 1:
+            known = ShardedBoardReader(state.redis, state.key_prefix, where)
+        else:
+            known = RedisBoardReader(state.redis, BoardKeys(state.key_prefix, where.board), where)
+        state.redis_readers[where.board, where.instance] = known
     return known
 
 

@@ -17,7 +17,7 @@ from common.deadline import Deadline
 from common.store.pipe import Pipe
 
 if TYPE_CHECKING:  # it reads a Target, whose parsing reads this state
-    from api.redis_reader import RedisBoardReader
+    from api.reader import BoardReader
 
 
 @dataclass
@@ -33,7 +33,7 @@ class ApiState:
     # serialised top pages of hot boards by (board, instance, view, page, version): never stale
     hot_pages: LRUCache[Any, bytes] = field(default_factory=lambda: LRUCache(4096))
     # a Redis reader per (board, window instance) read lately (api/routes.py reader_for)
-    redis_readers: dict[tuple[str, str], RedisBoardReader] = field(default_factory=dict)
+    redis_readers: dict[tuple[str, str], BoardReader] = field(default_factory=dict)
     # started by SIGTERM/SIGINT (api/main.py): the drain and every cleanup step wait within it
     deadline: Deadline = field(default_factory=Deadline)
 

@@ -41,6 +41,7 @@ from cachetools import Cache, LRUCache
 from common.clock import Clock
 from common.store.keys import BoardKeys
 from common.store.pipe import Pipe
+from common.store.shards import board_of, is_shard, shard_names
 from common.store.subscription import Subscription
 
 _log = logging.getLogger(__name__)
@@ -232,8 +233,17 @@ class ChangeFeed:
     """The subscription to `<prefix>changes` and the seq check, run as a task of the API."""
 
     def __init__(
-        self, key_prefix: str, cache: WarmCache, check_s: float, reads: Pipe, name: str = ""
+        self,
+        key_prefix: str,
+        cache: WarmCache,
+        check_s: float,
+        reads: Pipe,
+        name: str = "",
+        *,
+        shards_of: Callable[[str], int] = lambda board: 1,
     ) -> None:
+        """`shards_of`: a board's shard count (its type's `shards`)."""
+        self._shards_of = shards_of
         cache.checked_until = time.monotonic() + CHECKS_MISSED * check_s
         self._prefix, self._cache, self._name = key_prefix, cache, name
         self._attempts = 0  # where the next subscription goes (a cluster: any node, in turn)
@@ -307,8 +317,11 @@ class ChangeFeed:
             self._cache.live = True
             _log.info("change feed subscribed: warm cache on", extra={"channel": self._channel})
         elif kind == b"message":
-            before, after, board = reply[2].decode().split(" ", 2)
-            self._cache.changed(board, int(before), int(after))
+            before, after, name = reply[2].decode().split(" ", 2)
+            if is_shard(name):  # a shard's seqs: the board's is their sum (no gap to tell)
+                self._cache.changed(board_of(name), 0, 0)
+            else:
+                self._cache.changed(name, int(before), int(after))
         # anything else (a pong) changes nothing
 
     async def _check(self, stopping: asyncio.Event) -> None:
@@ -331,8 +344,12 @@ class ChangeFeed:
             self._cache.checked_until = deadline
             return
         stamps = {board: self._cache.stamp(board) for board in held}
-        replies = [self._reads.send("GET", BoardKeys(self._prefix, board).seq) for board in held]
-        seqs = [int(seq or 0) for seq in await asyncio.gather(*replies)]
+        names = {board: shard_names(board, self._shards_of(board)) for board in held}
+        replies = [
+            self._reads.send("GET", BoardKeys(self._prefix, n).seq) for ns in names.values() for n in ns
+        ]
+        got = iter(await asyncio.gather(*replies))
+        seqs = [sum(int(next(got) or 0) for _ in ns) for ns in names.values()]  # a sharded board's: the sum
         for (board, low), seq in zip(held.items(), seqs, strict=True):
             if seq != low and self._cache.stamp(board) == stamps[board]:
                 self._cache.moved(board)

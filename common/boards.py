@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from common.errors import ConfigError
 from common.store.packing import longest_period_ms, packable, packable_bounds, tie_bits
+from common.store.shards import MAX_SHARDS
 from common.windows import (
     CALENDAR_KINDS,
     DAY_MINUTES,
@@ -115,6 +116,7 @@ class BoardType:
     # dead-lettered with board_closed (reads go on until retention ends)
     ends_at_ms: int | None = None
     results: PeriodResults | None = None  # period_results: None emits nothing
+    shards: int = 1  # each board's members spread over this many Redis slots (common/store/shards.py)
     rolling: tuple[Window, ...] = field(init=False, repr=False, compare=False)  # its last_<N>... windows
 
     def __post_init__(self) -> None:
@@ -152,6 +154,12 @@ class BoardsConfig:
 
     def hot_windows(self, board: str) -> tuple[str, ...]:
         return self._hot_index.get(board, ())
+
+    def shards_of(self, board: str) -> int:
+        """How many shards `board` has in Redis (its type's `shards`; 1 for an invalid id)."""
+        parts = split_board(board)
+        board_type = None if parts is None else self.type_for(parts[0])
+        return 1 if board_type is None else board_type.shards
 
 
 def split_board(board: str) -> tuple[str, str | None] | None:
@@ -245,6 +253,7 @@ class _TypeModel(_Strict):
     seasons: list[_SeasonModel] | _SeasonRuleModel | None = None
     ends_at: str | datetime | None = None
     period_results: _ResultsModel | None = None
+    shards: Annotated[int, Field(ge=1, le=MAX_SHARDS)] = 1
 
 
 class _HotModel(_Strict):
@@ -406,7 +415,12 @@ def _build_type(name: str, model: _TypeModel, path: str, tz: ZoneInfo) -> BoardT
         score_range=_score_range(model.score_range, f"{path}.score_range"),
         ends_at_ms=ends_at_ms,
         results=_results(model.period_results, windows, retention, late_grace_ms, f"{path}.period_results"),
+        shards=model.shards,
     )
+    if board_type.shards > 1 and board_type.results is not None:
+        raise _InvalidConfigError(
+            f"{path}.period_results", "period results of a sharded type (shards > 1) are not available yet"
+        )
     if board_type.score_range is not None:
         _check_packing(board_type, f"{path}.score_range")
     _check_instances(board_type, f"{path}.windows")
@@ -584,6 +598,12 @@ def _build_hot(index: int, model: _HotModel, types: Mapping[str, BoardType]) -> 
     board_type = types.get(parts[0], types.get(DEFAULT_TYPE))
     if board_type is None:
         raise _InvalidConfigError(f"{path}.board", f"board type {parts[0]!r} is not configured")
+    if board_type.shards > 1:
+        raise _InvalidConfigError(
+            f"{path}.board",
+            f"board type {board_type.name!r} is sharded (shards: {board_type.shards}): "
+            "hot sharded boards are not available yet",
+        )
     if model.windows is None:
         return HotBoard(board=model.board, windows=tuple(window.name for window in board_type.windows))
     if not model.windows:

@@ -11,7 +11,7 @@ reset  <board> [--window W [--period P]] the whole board (its meta too), one win
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, ParamSpec, TypeVar
 
 from confluent_kafka.admin import AdminClient
@@ -31,6 +31,7 @@ from common.events import Op
 from common.settings import Settings
 from common.store.encoding import text
 from common.store.keys import BoardKeys
+from common.store.shards import shard_names, shard_of
 from rankstream.outcome import dead_letter_reason, wait_handled
 from worker.sources import describe_topic
 
@@ -49,10 +50,11 @@ class NotAppliedError(RankstreamError):
 
 def erase(settings: Settings, board: str, member: str, wait_s: float | None) -> str:
     """Erase `member` from `board`; the line to print. `wait_s` None: don't wait for the worker."""
-    board_type_of(load_boards(settings.boards), board)
+    board_type = board_type_of(load_boards(settings.boards), board)
     _checked(check_member, member)
     message = control_message(Op.ERASE, board, member=member)
-    return _send(settings, board, message, f"erased {member!r} from {board}", wait_s=wait_s)
+    where = (shard_of(board, board_type.shards, member),)  # a sharded board: the member's shard
+    return _send(settings, board, message, f"erased {member!r} from {board}", wait_s=wait_s, fences=where)
 
 
 def reset(
@@ -70,7 +72,7 @@ def reset(
         what = f"reset window {window} of {board}"
     else:
         what = f"reset {selector} of {board}"
-    return _send(settings, board, message, what, wait_s=wait_s)
+    return _send(settings, board, message, what, wait_s=wait_s, fences=shard_names(board, board_type.shards))
 
 
 def board_type_of(boards: BoardsConfig, board: str) -> BoardType:
@@ -86,8 +88,17 @@ def _checked(check: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T
         raise UsageError(exc.message) from None
 
 
-def _send(settings: Settings, board: str, message: Message, what: str, *, wait_s: float | None) -> str:
-    """Produce `message` (acknowledged by every in-sync replica), then wait for the worker."""
+def _send(
+    settings: Settings,
+    board: str,
+    message: Message,
+    what: str,
+    *,
+    wait_s: float | None,
+    fences: Sequence[str],
+) -> str:
+    """Produce `message` (acknowledged by every in-sync replica), then wait for the worker to
+    apply it: `fences`, the names in Redis whose fences show it (a sharded board's shards)."""
     value, headers = message
     topic = settings.topic_updates
     producer = kafka_producer(settings, {"enable.idempotence": True, "acks": "all"})
@@ -118,18 +129,18 @@ def _send(settings: Settings, board: str, message: Message, what: str, *, wait_s
     reason = dead_letter_reason(settings, partition, offset, int(msg.timestamp()[1]))
     if reason is not None:
         raise NotAppliedError(f"{what}: NOT applied, the worker dead-lettered it ({reason}) at {where}")
-    if not _fence_passed(settings, board, partition, offset):
+    if not all(_fence_passed(settings, name, partition, offset) for name in fences):
         raise NotAppliedError(f"{what}: handled at {where}, but the board's fence in Redis does not show it")
     return f"{what}: applied (at {where})"
 
 
-def _fence_passed(settings: Settings, board: str, partition: int, offset: int) -> bool:
-    """The board's fence for the partition, of this very topic (its id), reached `offset`."""
+def _fence_passed(settings: Settings, name: str, partition: int, offset: int) -> bool:
+    """The fence of a board (or shard) for the partition, of this very topic (its id), reached `offset`."""
     topic = settings.topic_updates
     topic_id, _ = describe_topic(AdminClient(settings.librdkafka()), topic)
     client = redis_client(settings)
     try:
-        raw = text(client.hget(BoardKeys(settings.key_prefix, board).fence, f"{topic}:{partition}"))
+        raw = text(client.hget(BoardKeys(settings.key_prefix, name).fence, f"{topic}:{partition}"))
     finally:
         client.close()
     if raw is None:  # "<topic id>|<offset>|<where>" (apply.lua)

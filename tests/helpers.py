@@ -35,11 +35,12 @@ from api.state import APP_STATE
 from common.boards import load_boards
 from common.clock import Clock, system_ms
 from common.settings import Settings
+from common.store.shards import shard_names
 from common.store.topology import Store, node_client
 from rankstream.stack import free_port
 from rankstream.topics import RESULTS_PARTITIONS, UPDATE_PARTITIONS
 from tests.conftest import unique
-from tests.oracle import BOARDS, RANGED_BOARDS, Model
+from tests.oracle import BOARDS, RANGED_BOARDS, SHARDED_BOARDS, SHARDS, Model
 from tests.oracle import Message as StreamMessage
 from worker.consumer import WorkerLoop
 from worker.dlq import HEADER_INDEX, HEADER_PARTITION, HEADER_REASON
@@ -165,14 +166,15 @@ def kill_connections(client: Store, name: str) -> int:
     return len(found)
 
 
-ORACLE_ALL = (*BOARDS, *RANGED_BOARDS)
+ORACLE_ALL = (*BOARDS, *RANGED_BOARDS, *SHARDED_BOARDS)
 
 
 def applied_so_far(rclient: Store, settings: Settings, boards: Sequence[str] = ORACLE_ALL) -> int:
     """Events applied so far over `boards` (the oracle's): the sum of their seq numbers."""
     pipe = rclient.pipeline(transaction=False)  # one board a slot: no MGET across a cluster
-    for board in boards:
-        pipe.get(f"{settings.key_prefix}{{{board}}}:seq")
+    for board in boards:  # a sharded board's: its shards'
+        for name in shard_names(board, SHARDS.get(board.split(":", 1)[0], 1)):
+            pipe.get(f"{settings.key_prefix}{{{name}}}:seq")
     return sum(int(v or 0) for v in pipe.execute())
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 import time
+import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -37,7 +38,11 @@ RANGED_TYPE = (
     "  ranged: {windows: [total, day, week], score_range: [-50, 20000], max_members: 15, late_grace: 1d}\n"
 )
 RANGED_BOARDS = [f"ranged:g{i}" for i in range(6)]
-ORACLE_BOARDS_RANGED = ORACLE_BOARDS + RANGED_TYPE
+# A sharded type: each board's members spread over 3 slots (compare_redis checks each shard)
+SHARDED_TYPE = "  split: {windows: [total, day, week], max_members: 12, shards: 3, late_grace: 1d}\n"
+SHARDED_BOARDS = [f"split:h{i}" for i in range(4)]
+SHARDS = {"split": 3}
+ORACLE_BOARDS_RANGED = ORACLE_BOARDS + RANGED_TYPE + SHARDED_TYPE
 RANGE = {"ranged": (-50, 20_000)}
 PACKED_BITS = {"ranged": {"day": 27, "week": 30}}  # a day's ms fit 27 bits, a week's 30
 TZ = session_boundary().tz  # a local midnight lies amid every stream's events (tests/boundaries.py)
@@ -48,6 +53,7 @@ WINDOWS = {
     "capped": ["total", "day"],
     "misc": ["total", "week"],  # not configured: falls back to `default`
     "ranged": ["total", "day", "week"],
+    "split": ["total", "day", "week"],
 }
 ASC = {"score"}
 TIE = {
@@ -57,8 +63,9 @@ TIE = {
     "capped": "first",
     "misc": "first",
     "ranged": "first",
+    "split": "first",
 }
-CAP = {"capped": 20, "ranged": 15}
+CAP = {"capped": 20, "ranged": 15, "split": 12}  # a sharded board's: each shard's
 GRACE_MS = 86_400_000
 EXACT = 2**53 - 1
 DAY_MS = 86_400_000
@@ -339,6 +346,9 @@ def compare_redis(client: redis.Redis, prefix: str, model: Model) -> int:
     for board in [*BOARDS, *sorted(set(model.seq) - set(BOARDS))]:
         tag = f"{prefix}{{{board}}}"
         kind = board.split(":")[0]
+        if kind in SHARDS:
+            compared += _compare_sharded(client, prefix, board, model)
+            continue
         assert int(client.get(f"{tag}:seq") or 0) == model.seq.get(board, 0), f"seq of {board}"
         general = {k.split(":z:", 1)[1] for k in scan_board(client, f"{tag}:z:*")}
         packed = {k.split(":p:", 1)[1] for k in scan_board(client, f"{tag}:p:*")}
@@ -369,6 +379,43 @@ def compare_redis(client: redis.Redis, prefix: str, model: Model) -> int:
             compared += len(expected)
         meta = {_text(m): v for m, v in client.hgetall(f"{tag}:meta").items()}
         assert meta == model.meta.get(board, {}), f"meta of {board}"
+    return compared
+
+
+def _compare_sharded(client: redis.Redis, prefix: str, board: str, model: Model) -> int:
+    """A sharded board (general layout): its shards, found by their keys, hold between them
+    exactly the model's board; each member in the shard CRC-32 of its id picks (docs/boards.md),
+    each shard ranking its own members with its own max_members cut; the seqs sum to the board's."""
+    kind = board.split(":", maxsplit=1)[0]
+    k = SHARDS[kind]
+    keys = scan_board(client, f"{prefix}{{{board}#*")
+    tags = sorted({key.split("}", 1)[0] + "}" for key in keys})
+    index = {tag: int(tag[len(prefix) + 1 :].split("#", 1)[1].split(".")[1]) for tag in tags}
+    assert all(tag.startswith(f"{prefix}{{{board}#{k}.") for tag in tags), tags
+    assert len(set(index.values())) == len(tags) <= k, f"shards of {board}: {tags}"
+    seqs = sum(int(client.get(f"{tag}:seq") or 0) for tag in tags)
+    assert seqs == model.seq.get(board, 0), f"seq of {board}"
+    model_instances = {i for i, members in model.state.get(board, {}).items() if members}
+    held = {tag: {k.split(":z:", 1)[1] for k in scan_board(client, f"{tag}:z:*")} for tag in tags}
+    assert set().union(*held.values()) == model_instances, f"window instances of {board}"
+    compared = 0
+    for inst in model_instances:
+        expected = model.state[board][inst]
+        order = model.ranking(board, inst)
+        got: dict[str, tuple[float, int]] = {}
+        for tag in tags:
+            states = read_general(client, tag, inst, kind in ASC, TIE[kind]) if inst in held[tag] else {}
+            assert all(zlib.crc32(m.encode()) % k == index[tag] for m in states), f"{board} {inst} {tag}"
+            got.update(states)
+            mine = [m for m in order if m in states]
+            ranked = _read_zset(client, f"{tag}:z:{inst}", kind in ASC, TIE[kind])
+            overflow = _read_zset(client, f"{tag}:o:{inst}", kind in ASC, TIE[kind])
+            cap = CAP[kind]
+            assert (ranked, overflow) == (mine[:cap], mine[cap:]), f"ranking of {board} {inst} in {tag}"
+        assert got == expected, f"states of {board} {inst}"
+        compared += len(expected)
+    meta = {_text(m): v for tag in tags for m, v in client.hgetall(f"{tag}:meta").items()}
+    assert meta == model.meta.get(board, {}), f"meta of {board}"
     return compared
 
 

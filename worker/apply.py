@@ -18,6 +18,7 @@ from common.events import CONTROL_OPS, Op, UpdateEvent, ts_ceiling
 from common.idwindow import LISTPACK_CAP, fingerprint
 from common.periods import Period, PeriodCache, expire_at_ms, no_period_span, parse_period, recent_periods
 from common.results import result_due_ms, result_key
+from common.store import shardcount
 from common.store.apply import (
     CLOSED_OP,
     DERIVED,
@@ -40,6 +41,7 @@ from common.store.keys import (
     rolling_due,
     window_instance,
 )
+from common.store.shards import shard_names, shard_of
 from common.store.slotmarks import mark_of
 from common.store.topology import Store
 from common.windows import MAX_INSTANCES_PER_CALL as WINDOW_INSTANCES_PER_CALL
@@ -293,6 +295,7 @@ class Applier:
         self._slot_cache: dict[str, _Slots] = {}
         self._rolling = RollingSlots(boards.timezone)
         self._registered: set[tuple[str, str, str]] = set()  # (key, board, bucket) written this process
+        self._shards_recorded: set[str] = set()  # board types whose shard count this process checked
         self._script = ApplyScript()
         # the boards' state for deciding in the worker (worker/boardstate.py); None: apply.lua decides
         self.states = BoardStates(state_cells) if state_cells > 0 else None
@@ -471,8 +474,9 @@ class Applier:
                     # its instances all the same: a redelivery reports the member's state there
                     counted = self._instances(board_type, ts, now, memo)
                     pairs, deps, late = counted.pairs, counted.deps, 0 if closed else counted.late
-                    if counted.dues:
-                        dues.setdefault(event.board, (board_type, set()))[1].update(counted.dues)
+                    if counted.dues:  # the rolling preparer walks each shard of a board
+                        for board in self._shards_of(board_type, event):
+                            dues.setdefault(board, (board_type, set()))[1].update(counted.dues)
                     # results due (worker/results.py), registered before the apply: by the first
                     # delivery's clock, so a retry judging them late later can't lose them (an
                     # event the script then refuses leaves a period with no member: members 0)
@@ -484,17 +488,32 @@ class Applier:
             except Exception as exc:  # noqa: BLE001 - whatever it is, it is this event's alone
                 failures.append(Failure(event, exc))
                 continue
+            if board_type.shards > 1 and board_type.name not in self._shards_recorded:
+                # at its boards' first write (an unsharded type's data tells its count itself)
+                shardcount.record(self._client, self._prefix, board_type.name, board_type.shards)
+                self._shards_recorded.add(board_type.name)
             alone = control or wide
-            chunk = open_chunks.get(event.board)
-            if chunk is None or not chunk.fits(pairs, alone, deps):
-                chunk = _Chunk(event.board, board_type, control=alone, rolling_counts=rolling_counts)
-                open_chunks[event.board] = chunk
-                chunks.append(chunk)
-            chunk.add(event, ts, pairs, late, position, closed=closed, deps=deps, wide=wide)
+            for board in self._shards_of(board_type, event):
+                chunk = open_chunks.get(board)
+                if chunk is None or not chunk.fits(pairs, alone, deps):
+                    chunk = _Chunk(board, board_type, control=alone, rolling_counts=rolling_counts)
+                    open_chunks[board] = chunk
+                    chunks.append(chunk)
+                chunk.add(event, ts, pairs, late, position, closed=closed, deps=deps, wide=wide)
         for board, (board_type, board_dues) in dues.items():
             ordered = sorted(board_dues, key=lambda due: (due[0], due[1], due[2].start_ms))
             self._register(board_type, board, ordered)
         return chunks
+
+    def _shards_of(self, board_type: BoardType, event: UpdateEvent) -> tuple[str, ...]:
+        """Where the event goes in Redis: its board, or on a sharded board its member's shard (a
+        reset: every shard)."""
+        shards = board_type.shards
+        if shards == 1:
+            return (event.board,)
+        if event.op is Op.RESET:
+            return shard_names(event.board, shards)
+        return (shard_of(event.board, shards, event.member),)
 
     def _request(self, chunk: _Chunk, want_state: bool) -> ApplyRequest:
         keys = BoardKeys(self._prefix, chunk.board)
@@ -559,7 +578,8 @@ class Applier:
         outcomes: list[Outcome] = []
         if positions is None:
             positions = [None] * len(events)
-        for round_ in _rounds(self._chunks(events, positions, failures)):
+        chunks = self._chunks(events, positions, failures)
+        for round_ in _rounds(chunks):
             wants = [bool(self._boards.hot_windows(chunk.board)) for chunk in round_]
             requests = [self._request(c, w) for c, w in zip(round_, wants, strict=True)]
             decided = self._decided(requests)
@@ -577,6 +597,8 @@ class Applier:
                     got[k] = self._outcomes(round_[k], wants[k], done, failures)
             for chunk_outcomes in got:
                 outcomes += chunk_outcomes
+        if any(c.control and c.board != c.events[0].event.board for c in chunks):
+            return _one_per_event(outcomes), list({id(f.event): f for f in failures}.values())
         return outcomes, failures
 
     def _outcomes(
@@ -682,6 +704,21 @@ def _derived_inputs(pairs: Sequence[Instance]) -> list[str]:
         if inst.rolling is not None and inst.rolling.role == DERIVED
         for name in (inst.rolling.source, inst.rolling.leaving, inst.rolling.entering)
     ]
+
+
+def _one_per_event(outcomes: list[Outcome]) -> list[Outcome]:
+    """A sharded board's reset is applied on each of its shards: one outcome for it, applied
+    if any shard applied it (the others had it already: a redelivery)."""
+    at: dict[int, int] = {}
+    out: list[Outcome] = []
+    for outcome in outcomes:
+        kept = at.get(id(outcome.event))
+        if kept is None:
+            at[id(outcome.event)] = len(out)
+            out.append(outcome)
+        elif outcome.status is Status.APPLIED and out[kept].status is not Status.APPLIED:
+            out[kept] = outcome
+    return out
 
 
 def _rounds(chunks: list[_Chunk]) -> list[list[_Chunk]]:

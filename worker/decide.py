@@ -51,6 +51,7 @@ from common.store.encoding import (
     TieMode,
     encode_member,
     format_score,
+    pack,
     state_text,
 )
 from common.store.guarded import Command, GuardedWrite, IdBucket, IndexBucket, Rebalance, Write
@@ -120,17 +121,6 @@ class Decision:
     metas: dict[str, str]
     fence: dict[str, str]
     seq: int
-
-
-def pack(p: Packing, score: float, tie: int) -> float:
-    """encoding.lua ENC.pack, in the same double arithmetic."""
-    if p.bits == 0:
-        return score
-    off = tie - p.base_ms
-    scale = float(1 << p.bits)
-    if p.inv:
-        off = int(scale) - 1 - off
-    return score * scale + off
 
 
 def packed_tie(p: Packing, tie: int) -> int:

@@ -24,6 +24,7 @@ from common.errors import InfrastructureError
 from common.health import serve_probes
 from common.results import MAX_RESULT_BYTES
 from common.settings import Settings
+from common.store import shardcount
 from common.store.replicas import ReplicaWait
 from common.store.topology import Store
 from worker.apply import Applier
@@ -148,6 +149,7 @@ def build_loop(
             f"Kafka at {settings.kafka_bootstrap} did not answer the worker's start "
             f"(init_transactions): {exc.args[0] if exc.args else exc}"
         ) from None
+    shardcount.check(client, settings.key_prefix, boards, os.fspath(settings.boards))
     publisher = acked = None
     if not boards.hot:  # none hot (any more): drop the flags of those that were (backfill_all does it too)
         forget_cold(client, boards, settings.key_prefix)

@@ -53,6 +53,7 @@ from common.store.keys import (
     rolling_since,
     window_instance,
 )
+from common.store.shards import board_of
 from common.store.topology import Store
 from worker.metrics import WorkerMetrics
 from worker.passes import PassThread
@@ -239,7 +240,7 @@ class RollingPreparer:
         back from, by the board's size (_claim_at); None: claimed now (a rebuild, a catch-up)."""
         if (unit, bucket_id, board) in self._done:
             return True
-        parts = split_board(board)
+        parts = split_board(board_of(board))  # each shard of a sharded board is prepared alone
         board_type = None if parts is None else self._boards.type_for(parts[0])
         if board_type is None:
             return True  # no longer in the config: nothing to prepare

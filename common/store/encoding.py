@@ -183,6 +183,17 @@ class Packing:
         return (math.floor(score) + 1) << self.bits
 
 
+def pack(p: Packing, score: float, tie: int) -> float:
+    """encoding.lua ENC.pack, in the same double arithmetic."""
+    if p.bits == 0:
+        return score
+    off = tie - p.base_ms
+    scale = float(1 << p.bits)
+    if p.inv:
+        off = int(scale) - 1 - off
+    return score * scale + off
+
+
 def packed_bound(packing: Packing, bound: str, low: bool) -> str:
     """A ZCOUNT bound on scores (`-inf`, `(5`, `10`) as the same bound on packed values."""
     if bound in ("-inf", "+inf", "inf"):

@@ -46,6 +46,9 @@ board lives in one Cluster slot and one script may touch all of it.
     <prefix>{rolling}:<window>          zset board -> start ms of its newest bucket with an event
     <prefix>{rolling}:<unit>:since      start ms of the first bucket a worker prepared in
 
+    <prefix>{shards}                    hash board type -> its shards (`shards: K`) as written
+                                       at its boards' first write (common/store/shardcount.py)
+
     <prefix>{results}:due               zset "<board>|<window>|<period>" -> when its result is due
                                        (the period's end + late grace + a settle margin)
     <prefix>{results}:emitter           the worker that emits results: its transactional id, a lease
@@ -228,6 +231,11 @@ def hot_flagged(prefix: str) -> str:
     """Set of the boards whose backfill flag (BoardKeys.hot_ready) is set: what a worker checks
     against its config at start, to drop the flags of boards no longer hot (worker/backfill.py)."""
     return f"{prefix}{{hot}}:flagged"
+
+
+def shard_counts(prefix: str) -> str:
+    """Hash board type -> the shards its boards were first written with (common/store/shardcount.py)."""
+    return f"{prefix}{{shards}}"
 
 
 def results_due(prefix: str) -> str:

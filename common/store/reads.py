@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from common.store.encoding import (
+    MemberState,
     Packing,
     TieMode,
     format_score,
@@ -26,7 +27,7 @@ from common.store.scripts import load_script
 from common.store.topology import Store
 
 # where each field goes (the scripts read the positions from the tables of the same names)
-TOP_KEYS, TOP_ARGS = ("RANK", "OVERFLOW", "META", "SEQ"), ("START", "STOP", "DESC", "REVERSE", "PLEN")
+TOP_KEYS, TOP_ARGS = ("RANK", "OVERFLOW", "META", "SEQ"), ("START", "STOP", "DESC", "REVERSE", "PLEN", "RAW")
 LOCATE_KEYS = ("RANK", "OVERFLOW", "STATE", "INDEX", "META", "SEQ")
 LOCATE_ARGS = ("DESC", "REVERSE", "MODE", "BITS", "BASE", "AROUND", "PLEN", "BETTER")  # then the members
 PER_MEMBER = ("STATE", "POSITION", "BETTER", "META")  # locate.lua's reply per member, after total, seq
@@ -121,13 +122,15 @@ TOP = load_script("top", (("K", TOP_KEYS), ("A", TOP_ARGS)))
 LOCATE = load_script("locate", (("K", LOCATE_KEYS), ("A", LOCATE_ARGS), ("M", PER_MEMBER)))
 
 
-def _top_args(ref: WindowRef, start: int, stop: int, reverse: bool) -> list[str | int]:
+def top_args(ref: WindowRef, start: int, stop: int, reverse: bool, raw: bool = False) -> list[str | int]:
+    """top.lua's arguments; `raw`: its members keep their tie prefix (common/store/shardreads.py)."""
     values: dict[str, str | int] = {
         "START": start,
         "STOP": stop,
         "DESC": _flag(ref.desc),
         "REVERSE": _flag(reverse),
         "PLEN": ref.prefix_length,
+        "RAW": _flag(raw),
     }
     return [values[name] for name in TOP_ARGS]
 
@@ -137,13 +140,13 @@ async def top(
 ) -> Page:
     """The view's positions [start, stop); `keys`: ref.key_list(TOP_KEYS), if the caller keeps it."""
     keys = ref.key_list(TOP_KEYS) if keys is None else keys
-    reply = await TOP.run_pipe(client, keys, _top_args(ref, start, stop, reverse))
+    reply = await TOP.run_pipe(client, keys, top_args(ref, start, stop, reverse))
     return _page(ref, reply)
 
 
 def top_sync(client: Store, ref: WindowRef, start: int, stop: int) -> Page:
     """The board's order, positions [start, stop), from a synchronous client (the worker's)."""
-    return _page(ref, TOP.run(client, ref.key_list(TOP_KEYS), _top_args(ref, start, stop, False)))
+    return _page(ref, TOP.run(client, ref.key_list(TOP_KEYS), top_args(ref, start, stop, False)))
 
 
 def _page(ref: WindowRef, reply: list[Any]) -> Page:
@@ -163,7 +166,7 @@ def _rows(ref: WindowRef, reply: list[Any], at: int) -> list[Entry]:
     ]
 
 
-def _locate_args(ref: WindowRef, reverse: bool, around: int, better: bool) -> list[str | int]:
+def locate_args(ref: WindowRef, reverse: bool, around: int, better: bool) -> list[str | int]:
     packing = ref.packing
     values: dict[str, str | int] = {
         "DESC": _flag(ref.desc),
@@ -179,7 +182,12 @@ def _locate_args(ref: WindowRef, reverse: bool, around: int, better: bool) -> li
 
 
 def _located(reply: list[Any], members: Sequence[str]) -> list[Located | None]:
-    found: list[Located | None] = []
+    return [None if got is None else got[0] for got in located_states(reply, members)]
+
+
+def located_states(reply: list[Any], members: Sequence[str]) -> list[tuple[Located, MemberState] | None]:
+    """locate.lua's members, each with its state (its tie: common/store/shardreads.py needs it)."""
+    found: list[tuple[Located, MemberState] | None] = []
     for i, member in enumerate(members):
         at = 2 + len(PER_MEMBER) * i
         state = parse_state(reply[at + _STATE])
@@ -187,7 +195,7 @@ def _located(reply: list[Any], members: Sequence[str]) -> list[Located | None]:
             found.append(None)
             continue
         entry = Entry(member, state.score, reply[at + _META] or None)
-        found.append(Located(entry, int(reply[at + _POSITION]), int(reply[at + _BETTER])))
+        found.append((Located(entry, int(reply[at + _POSITION]), int(reply[at + _BETTER])), state))
     return found
 
 
@@ -203,7 +211,7 @@ async def locate(
     """`keys`: ref.key_list(LOCATE_KEYS), if the caller keeps it; better=False: no strictly-better
     counts (Located.better -1: ordinal ranks need none; two ZCOUNTs a member saved)."""
     keys = ref.key_list(LOCATE_KEYS) if keys is None else keys
-    reply = await LOCATE.run_pipe(client, keys, [*_locate_args(ref, reverse, -1, better), *members])
+    reply = await LOCATE.run_pipe(client, keys, [*locate_args(ref, reverse, -1, better), *members])
     return Lookup(int(reply[0]), int(reply[1]), _located(reply, members))
 
 
@@ -220,7 +228,7 @@ async def around(
     """`member` and the n rows above and below it, in one call; `keys`, `better` as for locate
     (without better, Around.ahead is 0)."""
     keys = ref.key_list(LOCATE_KEYS) if keys is None else keys
-    reply = await LOCATE.run_pipe(client, keys, [*_locate_args(ref, reverse, n, better), member])
+    reply = await LOCATE.run_pipe(client, keys, [*locate_args(ref, reverse, n, better), member])
     page = Page(int(reply[0]), int(reply[1]), _rows(ref, reply, 2 + len(PER_MEMBER)))
     found = _located(reply, [member])[0]
     return Around(found, page, 0 if found is None else around_start(found.position, n), int(reply[-1]))
@@ -252,13 +260,18 @@ async def count_between(client: Pipe, ref: WindowRef, low: str, high: str) -> Co
     return Counted(int(ranked) + int(overflow), int(seq or 0))
 
 
+def better_bounds(ref: WindowRef, score: float, reverse: bool) -> tuple[str, str]:
+    """ZCOUNT bounds of the members strictly better than `score` in the view."""
+    value = format_score(score)
+    if ref.desc != reverse:
+        return _zcount_bounds(ref, f"({value}", "+inf")
+    return _zcount_bounds(ref, "-inf", f"({value}")
+
+
 async def better_and_equal(client: Pipe, ref: WindowRef, score: float, reverse: bool) -> tuple[int, int, int]:
     """(members strictly better than `score` in the view, members equal to it, seq)."""
     value = format_score(score)
-    high_first = ref.desc != reverse
-    better = (
-        _zcount_bounds(ref, f"({value}", "+inf") if high_first else _zcount_bounds(ref, "-inf", f"({value}")
-    )
+    better = better_bounds(ref, score, reverse)
     equal = _zcount_bounds(ref, value, value)
     replies = [client.send("ZCOUNT", key, *bounds) for key in (ref.rank_key, ref.overflow_key)
                for bounds in (better, equal)]  # fmt: skip

@@ -22,6 +22,7 @@ from tests.oracle import (
     BOARDS,
     ORACLE_BOARDS_RANGED,
     RANGED_BOARDS,
+    SHARDED_BOARDS,
     TIE,
     TZ,
     Model,
@@ -43,7 +44,9 @@ def written(make_settings, tmp_path, rclient):
     settings = make_settings(boards=path)
     boards = load_boards(path)
     start = now_ms()
-    messages = list(generate(seed=21, total=20_000, now_ms=start, boards=[*BOARDS, *RANGED_BOARDS]))
+    messages = list(
+        generate(seed=21, total=20_000, now_ms=start, boards=[*BOARDS, *RANGED_BOARDS, *SHARDED_BOARDS])
+    )
     applier = Applier(rclient, boards, settings.key_prefix, 600_000)
     for i in range(0, len(messages), 500):
         pairs = []
@@ -179,7 +182,7 @@ def test_every_route_matches_the_model(written):
         app = create_app(settings, load_boards(settings.boards))
         async with TestClient(TestServer(app)) as http:
             total = 0
-            for board in [*BOARDS, *RANGED_BOARDS, "gift:empty-room"]:
+            for board in [*BOARDS, *RANGED_BOARDS, *SHARDED_BOARDS, "gift:empty-room"]:
                 total += await check_board(http, model, board, rng)
             resp = await http.get("/v1/boards/gift:empty-room/members/nobody")
             assert resp.status == 404 and (await resp.json())["error"]["code"] == "member_not_found"

@@ -26,11 +26,26 @@ import pytest
 from common.settings import Settings
 from rankstream.stack import free_port
 from tests.conftest import own_topics
-from tests.helpers import applied_so_far, check_dlq, wait_applied_and_committed, wait_for, worker_env
+from tests.helpers import (
+    applied_so_far,
+    check_dlq,
+    wait_applied_and_committed,
+    wait_for,
+    worker_env,
+)
 from tests.integration.test_api_oracle import check_board
 from tests.integration.test_cluster_ops import PacedProducer
 from tests.integration.test_hot_boards import HOT, write_config
-from tests.oracle import BOARDS, RANGED_BOARDS, Model, compare_redis, generate, now_ms, run_model
+from tests.oracle import (
+    BOARDS,
+    RANGED_BOARDS,
+    SHARDED_BOARDS,
+    Model,
+    compare_redis,
+    generate,
+    now_ms,
+    run_model,
+)
 
 ON_CLUSTER = pytest.mark.parametrize("topology", ["cluster"], indirect=True)
 pytestmark = [pytest.mark.integration, pytest.mark.slow, ON_CLUSTER]
@@ -176,7 +191,9 @@ def test_three_churning_workers_and_two_api_nodes_end_exact(
 ):
     settings = many_settings
     start = now_ms()
-    messages = list(generate(seed=51, total=EVENTS, now_ms=start, boards=[*BOARDS, *RANGED_BOARDS]))
+    messages = list(
+        generate(seed=51, total=EVENTS, now_ms=start, boards=[*BOARDS, *RANGED_BOARDS, *SHARDED_BOARDS])
+    )
     model = run_model(messages, start)
     target = sum(model.seq.values())
     processes: list[Process] = []

@@ -28,6 +28,7 @@ from tests.oracle import (
     BOARDS,
     ORACLE_BOARDS_RANGED,
     RANGED_BOARDS,
+    SHARDED_BOARDS,
     Message,
     Model,
     compare_redis,
@@ -63,7 +64,7 @@ def oracle_topics(oracle_settings):
 
 def make_stream(seed: int) -> tuple[list[Message], Model]:
     start = now_ms()
-    messages = list(generate(seed, EVENTS, start, [*BOARDS, *RANGED_BOARDS]))
+    messages = list(generate(seed, EVENTS, start, [*BOARDS, *RANGED_BOARDS, *SHARDED_BOARDS]))
     return messages, run_model(messages, start)
 
 

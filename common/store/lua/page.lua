@@ -24,15 +24,21 @@ function PAGE.rows(RK, OV, R, O, start, stop, high_first, reverse, plen)
   return members, scores
 end
 
--- appends n, member_1, score_1, ..., member_n, score_n, meta_1 ('' if none), ..., meta_n to out
-function PAGE.append(out, members, scores, meta_key)
+-- appends n, member_1, score_1, ..., member_n, score_n, meta_1 ('' if none), ..., meta_n to out;
+-- `plen` (default 0): members still carry a tie prefix of that many bytes (metas are by member id)
+function PAGE.append(out, members, scores, meta_key, plen)
   out[#out + 1] = #members
   for j = 1, #members do
     out[#out + 1] = members[j]
     out[#out + 1] = scores[j]
   end
   if #members > 0 then
-    local metas = redis.call('HMGET', meta_key, unpack(members))
+    local ids = members
+    if plen and plen > 0 then
+      ids = {}
+      for j = 1, #members do ids[j] = string.sub(members[j], plen + 1) end
+    end
+    local metas = redis.call('HMGET', meta_key, unpack(ids))
     for j = 1, #members do out[#out + 1] = metas[j] or '' end
   end
 end
