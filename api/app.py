@@ -26,6 +26,7 @@ from common.clock import Clock, system_ms
 from common.settings import Settings
 from common.store.cluster import open_pipe
 from common.store.keys import BoardKeys
+from common.store.shards import shard_names
 
 _log = logging.getLogger(__name__)
 READS_NAME, CHANGES_NAME = "rankstream-api", "rankstream-api-changes"  # CLIENT LIST names
@@ -68,7 +69,9 @@ async def follow_hot_boards(app: web.Application) -> AsyncIterator[None]:
             for board, hot in state.hot.boards.items():
                 state.metrics.replayed.labels(board).set(hot.replayed)
                 try:
-                    seq = int(await state.redis.call("GET", BoardKeys(state.key_prefix, board).seq) or 0)
+                    names = shard_names(board, hot.shards)  # a sharded board's seq: the shards' sum
+                    got = [await state.redis.call("GET", BoardKeys(state.key_prefix, n).seq) for n in names]
+                    seq = sum(int(value or 0) for value in got)
                     state.metrics.hot_lag.labels(board).set(max(seq - hot.seq, 0))
                 except redis.RedisError:  # away, loading, refusing: reported, not raised
                     pass  # the lag is unknown while Redis is away; reads from memory go on

@@ -32,6 +32,7 @@ from common.periods import expire_at_ms, parse_period
 from common.settings import Settings
 from common.store.encoding import tie_mode
 from common.store.keys import TOTAL_INSTANCE, BoardKeys
+from common.store.shards import board_of, index_of, shard_names
 
 _log = logging.getLogger(__name__)
 BATCH = 10_000
@@ -44,32 +45,57 @@ class HotBoard:
     windows: tuple[str, ...]
     desc: bool
     mode: Any
+    shards: int = 1  # a sharded board: its records come from each shard, with that shard's seqs
     instances: dict[str, HotWindow] = field(default_factory=dict)
     meta: HotMeta = field(default_factory=HotMeta)
-    seq: int = 0  # the newest seq memory reflects (records and markers)
-    marker: int = -1  # the newest marker: every change up to it is in memory
-    target: int = 0  # Redis' seq when replay started
+    # per name in Redis (the board's own, or each shard's): the newest seq memory reflects
+    # (records and markers), the newest marker (every change up to it is in memory), and
+    # Redis' seq when replay started
+    seqs: dict[str, int] = field(default_factory=dict)
+    markers: dict[str, int] = field(default_factory=dict)
+    targets: dict[str, int] = field(default_factory=dict)
     replayed: int = 0
     ready: bool = False
     version: int = 0  # bumped by every change to memory (an older record can change it too)
 
+    @property
+    def seq(self) -> int:
+        """The board's seq memory reflects: a sharded board's is the sum of its shards'."""
+        return sum(self.seqs.values())
+
+    @property
+    def marker(self) -> int:
+        """The board's newest marker (a sharded board's: the sum, once every shard has one)."""
+        if len(self.markers) < self.shards:
+            return -1
+        return sum(self.markers.values())
+
+    @property
+    def target(self) -> int:
+        return sum(self.targets.values())
+
+    def caught_up(self) -> bool:
+        """Each shard's marker reached the seq Redis had when replay started."""
+        return all(self.markers.get(name, -1) >= seq for name, seq in self.targets.items() if seq > 0)
+
     def window(self, instance: str) -> HotWindow:
         found = self.instances.get(instance)
         if found is None:
-            found = HotWindow(self.desc, self.mode)
+            found = HotWindow(self.desc, self.mode, self.shards)
             found.loading = not self.ready
             self.instances[instance] = found
         return found
 
     def apply(self, record: Record) -> None:
         self.replayed += 1
-        self.seq = max(self.seq, record.seq)
+        name = record.board
+        self.seqs[name] = max(self.seqs.get(name, 0), record.seq)
         if record.kind is Kind.MARKER:
-            self.marker = max(self.marker, record.seq)
+            self.markers[name] = max(self.markers.get(name, -1), record.seq)
             return
         window = self.window(record.instance)
         if record.kind is Kind.RESET:
-            if window.reset(record.seq):
+            if window.reset(record.seq, index_of(name)):
                 self.version += 1
                 self._drop_orphan_meta()
             return
@@ -111,9 +137,8 @@ class HotBoards:
         for hot in boards.hot:
             board_type = boards.type_for(hot.board.split(":", 1)[0])
             assert board_type is not None  # the config loader checked it
-            self.boards[hot.board] = HotBoard(
-                hot.board, hot.windows, board_type.order is Order.DESC, tie_mode(board_type)
-            )
+            desc, mode = board_type.order is Order.DESC, tie_mode(board_type)
+            self.boards[hot.board] = HotBoard(hot.board, hot.windows, desc, mode, board_type.shards)
         self.ready = not self.boards
         self.started = time.monotonic()
         self.ready_after_s: float | None = 0.0 if self.ready else None
@@ -172,7 +197,9 @@ class HotBoards:
         client = redis_client(self._settings)  # a thread of its own: not the event loop's pipe
         try:
             for hot in self.boards.values():
-                hot.target = int(client.get(BoardKeys(self._settings.key_prefix, hot.board).seq) or 0)
+                names = shard_names(hot.board, hot.shards)
+                seqs = [client.get(BoardKeys(self._settings.key_prefix, name).seq) for name in names]
+                hot.targets = {name: int(seq or 0) for name, seq in zip(names, seqs, strict=True)}
         finally:
             client.close()
 
@@ -220,14 +247,14 @@ class HotBoards:
 
     def _apply_batch(self, messages: list[Any]) -> None:
         for record in self._decode(messages):
-            hot = self.boards.get(record.board)
+            hot = self.boards.get(board_of(record.board))
             if hot is not None:
                 hot.apply(record)
 
     def _caught_up(self, consumer: Consumer, topic: str, ends: dict[int, int]) -> bool:
         positions = consumer.position([TopicPartition(topic, p) for p in ends])
         reached = all(tp.offset >= ends[tp.partition] or ends[tp.partition] == 0 for tp in positions)
-        return reached and all(hot.marker >= hot.target or hot.target == 0 for hot in self.boards.values())
+        return reached and all(hot.caught_up() for hot in self.boards.values())
 
     def _finish(self) -> None:
         for hot in self.boards.values():
@@ -242,7 +269,7 @@ class HotBoards:
 
     def _apply_live(self, records: list[Record]) -> None:
         for record in records:
-            hot = self.boards.get(record.board)
+            hot = self.boards.get(board_of(record.board))
             if hot is not None:
                 new_instance = record.instance and record.instance not in hot.instances
                 hot.apply(record)

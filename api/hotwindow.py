@@ -26,6 +26,7 @@ from common.store.encoding import (
     sortable_score,
     unsortable_score,
 )
+from common.store.shards import shard_index
 
 _U64 = struct.Struct(">Q")
 
@@ -33,16 +34,21 @@ _U64 = struct.Struct(">Q")
 class HotWindow:
     """Members of one window instance, in the board's order (best first)."""
 
-    __slots__ = ("_desc", "_floor", "_keys", "_list", "_mode", "_tombs", "loading")
+    __slots__ = ("_desc", "_floor", "_keys", "_list", "_mode", "_shards", "_tombs", "loading")
 
-    def __init__(self, desc: bool, mode: TieMode) -> None:
+    def __init__(self, desc: bool, mode: TieMode, shards: int = 1) -> None:
         self._desc = desc
         self._mode = mode
+        self._shards = shards  # a sharded board: each shard's seqs count apart (common/store/shards.py)
         self._keys: dict[str, bytes] = {}
         self._list: SortedList = SortedList()
         self._tombs: dict[str, int] = {}  # deleted member -> seq of the delete (rejects older states)
-        self._floor = -1  # the seq of the window's latest reset: states and deletes up to it are void
+        # per shard, the seq of the window's latest reset there: states and deletes up to it are void
+        self._floor = [-1] * shards
         self.loading = True  # while replaying: the dict only; the sorted list is built once at the end
+
+    def _floor_of(self, member: str) -> int:
+        return self._floor[shard_index(member, self._shards)]
 
     def _key(self, member: str, score: float, tie: int, seq: int) -> bytes:
         body = memory_body(self._mode, self._desc, member, tie)
@@ -77,7 +83,7 @@ class HotWindow:
 
     def put(self, member: str, score: float, tie: int, seq: int) -> bool:
         """Set a member's state unless a newer one is known; True if applied."""
-        if seq <= self._floor:
+        if seq <= self._floor_of(member):
             return False
         old = self._keys.get(member)
         if (self._seq(old) if old is not None else self._tombs.get(member, -1)) > seq:
@@ -92,7 +98,7 @@ class HotWindow:
         return True
 
     def delete(self, member: str, seq: int) -> bool:
-        if seq <= self._floor:
+        if seq <= self._floor_of(member):
             return False
         old = self._keys.get(member)
         if (self._seq(old) if old is not None else self._tombs.get(member, -1)) > seq:
@@ -104,17 +110,22 @@ class HotWindow:
         self._tombs[member] = seq
         return True
 
-    def reset(self, seq: int) -> bool:
-        """The window was emptied at `seq` (`rankstream reset`): what is known up to it goes, and
-        states or deletes up to it that arrive later are refused; newer ones (a replay meets
-        records in any order) stay. True if it changed anything."""
-        if seq <= self._floor:
+    def reset(self, seq: int, shard: int = 0) -> bool:
+        """The window was emptied at `seq` (`rankstream reset`; a sharded board: that shard, at
+        its seq): what is known up to it goes, and states or deletes up to it that arrive later
+        are refused; newer ones (a replay meets records in any order) stay. True if it changed
+        anything."""
+        if seq <= self._floor[shard]:
             return False
-        self._floor = seq
-        gone = [member for member, key in self._keys.items() if self._seq(key) <= seq]
+        self._floor[shard] = seq
+
+        def void(member: str, at: int) -> bool:
+            return at <= seq and (self._shards == 1 or shard_index(member, self._shards) == shard)
+
+        gone = [member for member, key in self._keys.items() if void(member, self._seq(key))]
         for member in gone:
             del self._keys[member]
-        self._tombs = {member: at for member, at in self._tombs.items() if at > seq}
+        self._tombs = {member: at for member, at in self._tombs.items() if not void(member, at)}
         if gone and not self.loading:
             self._list = SortedList(self._keys.values())  # rare: one sort beats many removals
         return True

@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from common.errors import ConfigError
 from common.store.packing import longest_period_ms, packable, packable_bounds, tie_bits
-from common.store.shards import MAX_SHARDS
+from common.store.shards import MAX_SHARDS, SHARD_MARK, board_of
 from common.windows import (
     CALENDAR_KINDS,
     DAY_MINUTES,
@@ -153,7 +153,11 @@ class BoardsConfig:
         return board_type if board_type is not None else self.types.get(DEFAULT_TYPE)
 
     def hot_windows(self, board: str) -> tuple[str, ...]:
-        return self._hot_index.get(board, ())
+        """The hot windows of a board, or of the board a shard's name belongs to."""
+        found = self._hot_index.get(board)
+        if found is None and SHARD_MARK in board:
+            found = self._hot_index.get(board_of(board))
+        return found or ()
 
     def shards_of(self, board: str) -> int:
         """How many shards `board` has in Redis (its type's `shards`; 1 for an invalid id)."""
@@ -417,10 +421,6 @@ def _build_type(name: str, model: _TypeModel, path: str, tz: ZoneInfo) -> BoardT
         results=_results(model.period_results, windows, retention, late_grace_ms, f"{path}.period_results"),
         shards=model.shards,
     )
-    if board_type.shards > 1 and board_type.results is not None:
-        raise _InvalidConfigError(
-            f"{path}.period_results", "period results of a sharded type (shards > 1) are not available yet"
-        )
     if board_type.score_range is not None:
         _check_packing(board_type, f"{path}.score_range")
     _check_instances(board_type, f"{path}.windows")
@@ -598,12 +598,6 @@ def _build_hot(index: int, model: _HotModel, types: Mapping[str, BoardType]) -> 
     board_type = types.get(parts[0], types.get(DEFAULT_TYPE))
     if board_type is None:
         raise _InvalidConfigError(f"{path}.board", f"board type {parts[0]!r} is not configured")
-    if board_type.shards > 1:
-        raise _InvalidConfigError(
-            f"{path}.board",
-            f"board type {board_type.name!r} is sharded (shards: {board_type.shards}): "
-            "hot sharded boards are not available yet",
-        )
     if model.windows is None:
         return HotBoard(board=model.board, windows=tuple(window.name for window in board_type.windows))
     if not model.windows:

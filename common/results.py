@@ -16,9 +16,10 @@ import orjson
 from common.boards import RESULT_SETTLE_MS, BoardType, Order, Window
 from common.periods import Period
 from common.ranking import item
-from common.store import reads
+from common.store import reads, shardreads
 from common.store.encoding import tie_mode, window_packing
 from common.store.keys import BoardKeys, window_instance
+from common.store.shards import shard_names
 from common.store.topology import Store
 
 # Members per top.lua call while a result is read: each call stays under a millisecond of Redis
@@ -91,9 +92,17 @@ def read_result(
     assert board_type.results is not None
     packing = window_packing(board_type, window, period.start_ms)
     desc = board_type.order is Order.DESC
-    ref = reads.WindowRef(BoardKeys(prefix, board), window_instance(window.name, period.id), desc,
-                          tie_mode(board_type), packing)  # fmt: skip
+    refs = [
+        reads.WindowRef(BoardKeys(prefix, name), window_instance(window.name, period.id), desc,
+                        tie_mode(board_type), packing)
+        for name in shard_names(board, board_type.shards)
+    ]  # fmt: skip
     want = board_type.results.top
+    if len(refs) > 1:
+        return _sharded_result(
+            client, refs, board, window=window, period=period, want=want, seq=seq, page=page
+        )
+    ref = refs[0]
     first = reads.top_sync(client, ref, 0, min(page, want))
     entries, total = list(first.entries), first.total
     while len(entries) < min(want, total):
@@ -103,3 +112,32 @@ def read_result(
         entries += got
     seq = first.seq if seq is None else seq
     return PeriodResult(board, window.name, period.id, period.end_ms, total, seq, entries)
+
+
+def _sharded_result(
+    client: Store,
+    refs: list[reads.WindowRef],
+    board: str,
+    *,
+    window: Window,
+    period: Period,
+    want: int,
+    seq: int | None,
+    page: int,
+) -> PeriodResult:
+    """A sharded board's result: each shard's best `want` (page by page), merged; members and
+    seq summed over the shards."""
+    tops, total, seqs = [], 0, 0
+    for ref in refs:
+        count, shard_seq, rows = shardreads.top_rows(client, ref, 0, min(page, want))
+        total, seqs = total + count, seqs + shard_seq
+        while len(rows) < min(want, count):
+            _, _, more = shardreads.top_rows(client, ref, len(rows), min(len(rows) + page, want))
+            if not more:  # emptied meanwhile (an erase): what was read is the result
+                break
+            rows += more
+        tops.append(rows)
+    entries = [row.entry for row in shardreads.merge(tops, refs[0])[:want]]
+    return PeriodResult(
+        board, window.name, period.id, period.end_ms, total, seqs if seq is None else seq, entries
+    )

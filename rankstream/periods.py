@@ -24,6 +24,7 @@ from common.results import MAX_RESULT_BYTES, read_result, result_key
 from common.settings import Settings
 from common.store import periodmark
 from common.store.keys import BoardKeys, results_due, window_instance
+from common.store.shards import shard_names
 from common.store.topology import Store
 from rankstream.admin import board_type_of
 from rankstream.show import table
@@ -64,7 +65,7 @@ def closed_periods(
     boards = load_boards(settings.boards)
     board_type = board_type_of(boards, board)
     now = service_clock(settings)() if now_ms is None else now_ms  # a test's clock file too
-    keys = BoardKeys(settings.key_prefix, board)
+    keys = BoardKeys(settings.key_prefix, shard_names(board, board_type.shards)[0])  # its result's marker
     out: list[Closed] = []
     for win in _declared(board_type, window):
         kept = recent_periods(win, board_type.retention[win.name], now, now, boards.timezone)
@@ -122,8 +123,9 @@ def republish(settings: Settings, board: str, period: str, window: str | None = 
     win = _find_window(board_type, period, window, boards)
     named = parse_period(win, period, boards.timezone)
     client = redis_client(settings)
+    lead = shard_names(board, board_type.shards)[0]  # a sharded board's first shard holds the marker
     mark = periodmark.read_mark(
-        client, BoardKeys(settings.key_prefix, board), window_instance(win.name, named.id)
+        client, BoardKeys(settings.key_prefix, lead), window_instance(win.name, named.id)
     )
     if mark.state != "sent":
         raise RankstreamError(

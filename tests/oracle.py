@@ -388,8 +388,8 @@ def _compare_sharded(client: redis.Redis, prefix: str, board: str, model: Model)
     each shard ranking its own members with its own max_members cut; the seqs sum to the board's."""
     kind = board.split(":", maxsplit=1)[0]
     k = SHARDS[kind]
-    keys = scan_board(client, f"{prefix}{{{board}#*")
-    tags = sorted({key.split("}", 1)[0] + "}" for key in keys})
+    keys = client.scan_iter(match=f"{prefix}{{{board}#*:seq", count=10_000)  # every master's
+    tags = sorted({_text(key).split("}", 1)[0] + "}" for key in keys})
     index = {tag: int(tag[len(prefix) + 1 :].split("#", 1)[1].split(".")[1]) for tag in tags}
     assert all(tag.startswith(f"{prefix}{{{board}#{k}.") for tag in tags), tags
     assert len(set(index.values())) == len(tags) <= k, f"shards of {board}: {tags}"

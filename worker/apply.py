@@ -121,6 +121,8 @@ class Outcome(NamedTuple):  # one per event: a tuple is the cheapest immutable r
     # a RESET on a hot board: instance -> the seq of its latest reset (this one, or for a
     # redelivery the one Redis remembers), what hot nodes empty their memory of it up to
     resets: dict[str, int] | None = None
+    shard: str = ""  # on a sharded board: the shard it was applied on (its name in Redis)
+    also: tuple[Outcome, ...] = ()  # a sharded board's reset: its outcomes on the other shards
 
 
 _FOREVER = 2**62
@@ -716,8 +718,11 @@ def _one_per_event(outcomes: list[Outcome]) -> list[Outcome]:
         if kept is None:
             at[id(outcome.event)] = len(out)
             out.append(outcome)
-        elif outcome.status is Status.APPLIED and out[kept].status is not Status.APPLIED:
-            out[kept] = outcome
+            continue
+        first = out[kept]
+        if outcome.status is Status.APPLIED and first.status is not Status.APPLIED:
+            outcome, first = first, outcome  # noqa: PLW2901 - the applied one leads, the other follows
+        out[kept] = first._replace(also=(*first.also, outcome))
     return out
 
 
@@ -769,6 +774,7 @@ def _decode(chunk: _Chunk, want: bool, reply: ApplyReply | Exception, epoch: str
                 got.meta,
                 got.failed_as,
                 resets,
+                chunk.board if chunk.board != entry.event.board else "",
             )
         )
     return outcomes

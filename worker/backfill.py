@@ -32,6 +32,7 @@ from common.store.encoding import (
     window_packing,
 )
 from common.store.keys import BoardKeys, hot_flagged
+from common.store.shards import shard_names
 from common.store.topology import Store
 from worker.publisher import CachePublisher
 
@@ -116,5 +117,6 @@ def forget_cold(client: Store, boards: BoardsConfig, key_prefix: str) -> list[st
 
 def backfill_all(client: Store, publisher: CachePublisher, boards: BoardsConfig, key_prefix: str) -> None:
     forget_cold(client, boards, key_prefix)
-    for hot in boards.hot:
-        backfill_board(client, publisher, boards=boards, key_prefix=key_prefix, board=hot.board)
+    for hot in boards.hot:  # a sharded board: each shard alone, with its own seq, marker and flag
+        for name in shard_names(hot.board, boards.shards_of(hot.board)):
+            backfill_board(client, publisher, boards=boards, key_prefix=key_prefix, board=name)

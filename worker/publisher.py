@@ -2,7 +2,8 @@
 
 After each applied batch: one record per touched (hot window instance, member) with its state
 after the batch, one per hot window instance a reset emptied (with the seq it was emptied at),
-and, once the board is backfilled, one marker with the board's seq. Live
+and, once the board is backfilled, one marker with the board's seq. A sharded board's records
+name the shard they come from (its seqs are the shard's) and go to the board's partition. Live
 records go out in the batch's transaction (worker/outputs.py), so offsets are never committed
 past a change that API nodes could miss; a backfill's `flush()` raises unless every record was
 acknowledged."""
@@ -17,6 +18,7 @@ from common.cache_records import deleted_record, marker_record, partition_for, r
 from common.events import Op
 from common.store.encoding import MemberState, Status, hot_flag_covers
 from common.store.keys import TOTAL_INSTANCE, BoardKeys
+from common.store.shards import board_of
 from common.store.topology import Store
 from worker.apply import Outcome
 from worker.dlq import Sink
@@ -63,7 +65,8 @@ class CachePublisher:
         return twin
 
     def produce(self, board: str, key: bytes, value: bytes) -> None:
-        partition = partition_for(board, self._partitions)
+        """`board`: a board, or a shard's name: a sharded board's records share its partition."""
+        partition = partition_for(board_of(board), self._partitions)
         self._sink.produce(self._topic, value=value, key=key, partition=partition)
         self.published += 1
 
@@ -80,8 +83,8 @@ class CachePublisher:
         latest: dict[tuple[str, str, str], tuple[MemberState | None, int, bytes | None]] = {}
         resets: dict[tuple[str, str], int] = {}
         seqs: dict[str, int] = {}
-        for outcome in outcomes:
-            board = outcome.event.board
+        for outcome in (o for each in outcomes for o in (each, *each.also)):
+            board = outcome.shard or outcome.event.board  # a sharded board's: the shard's records
             hot = self._boards.hot_windows(board)
             if not hot or outcome.status is Status.OUT_OF_RANGE:
                 continue
@@ -123,7 +126,7 @@ def _member_record(
 
 def _note_resets(resets: dict[tuple[str, str], int], outcome: Outcome, hot: tuple[str, ...]) -> None:
     """The latest reset of each hot window instance a reset's outcome names."""
-    board = outcome.event.board
+    board = outcome.shard or outcome.event.board
     for instance, seq in (outcome.resets or {}).items():
         if instance_window(instance) in hot:
             resets[(board, instance)] = max(resets.get((board, instance), 0), seq)

@@ -9,7 +9,8 @@ The lease only keeps the others idle; correctness rests on that fence and on the
 What: `{results}:due` names every period whose result is due, and when (worker/apply.py adds each
 period of a declared window an event counts in). For each one due, in order:
  1. seal it (its marker `<board>:rp:<period>`, in the board's slot; periodmark.lua): apply.lua
-    leaves a sealed period alone, so what is read next is final;
+    leaves a sealed period alone, so what is read next is final (a sharded board: each shard's
+    marker, the first shard's last; the first shard's carries the steps below);
  2. read its top and member count, a page per call (common/results.py: none blocks Redis 1 ms);
  3. note the partition's end offset in the marker (`sending:<p>:<offset>`), produce the record in
     a transaction and commit it;
@@ -45,6 +46,7 @@ from common.results import MAX_RESULT_BYTES, PeriodResult, read_result, split_re
 from common.store import lease, periodmark
 from common.store.encoding import text
 from common.store.keys import BoardKeys, results_due, results_emitter, window_instance
+from common.store.shards import shard_names
 from common.store.topology import Store
 from common.windows import parse_window
 from worker.faults import is_infrastructure
@@ -66,10 +68,11 @@ class Due:
 
     key: str  # `<board>|<window>|<period>`
     board_type: BoardType
-    keys: BoardKeys
+    keys: BoardKeys  # where its marker is: the board's, or a sharded board's first shard's
     window: Window
     period: Period
     expire_ms: int
+    others: tuple[BoardKeys, ...] = ()  # a sharded board's other shards: sealed before the first
 
     @property
     def instance(self) -> str:
@@ -204,7 +207,8 @@ class ResultEmitter:
         except ValueError:  # not a period of the window (written by hand?)
             return None
         expire = expire_at_ms(window, period, board_type.retention[window_name], tz)
-        return Due(key, board_type, BoardKeys(self._prefix, board), window, period, expire)
+        lead, *others = (BoardKeys(self._prefix, name) for name in shard_names(board, board_type.shards))
+        return Due(key, board_type, lead, window, period, expire, tuple(others))
 
     def _isolated(self, key: str, now: int, ends: dict[int, int]) -> _Pending | None:
         """_prepare, a failure of this period's own (not Redis' nor Kafka's) postponed alone, so
@@ -228,10 +232,12 @@ class ResultEmitter:
         if now >= due.expire_ms:
             self._expired(due)
             return None
+        for keys in due.others:  # a sharded board: every shard sealed before the first says so
+            periodmark.seal(self._client, keys, due.instance, due.expire_ms)
         mark = periodmark.seal(self._client, due.keys, due.instance, due.expire_ms)
         if self._settled(due, mark):
             return None
-        board = due.keys.board
+        board = split_result_key(key)[0]
         result = read_result(
             self._client, self._prefix, due.board_type, board, window=due.window, period=due.period
         )

@@ -31,6 +31,7 @@ from common.store.pipe import Pipe
 from common.store.reads import Around, Counted, Entry, Located, Lookup, Page, WindowRef
 from common.store.scripts import load_script
 from common.store.shards import shard_index
+from common.store.topology import Store
 
 AHEAD_KEYS = ("RANK", "OVERFLOW", "META", "SEQ")
 AHEAD_ARGS = ("DESC", "REVERSE", "SCORE", "MEMBER", "LO", "HI", "AROUND", "PLEN")
@@ -81,6 +82,19 @@ def _before(a: tuple[float, bytes], b: tuple[float, bytes], high_first: bool) ->
 
 def _high_first(ref: WindowRef, reverse: bool) -> bool:
     return ref.desc != reverse
+
+
+def top_rows(client: Store, ref: WindowRef, start: int, stop: int) -> tuple[int, int, list[Row]]:
+    """(total, seq, rows at positions [start, stop) in the board's order) of one shard, from a
+    synchronous client (the worker's: a period's result, common/results.py)."""
+    args = reads.top_args(ref, start, stop, False, raw=True)
+    reply = reads.TOP.run(client, ref.key_list(reads.TOP_KEYS), args)
+    return int(reply[0]), int(reply[1]), _rows(ref, reply, 2)
+
+
+def merge(lists: Sequence[list[Row]], ref: WindowRef) -> list[Row]:
+    """Shards' rows, each list in the board's order, in the board's order."""
+    return _merge(lists, ref.desc)
 
 
 async def _top(

@@ -54,6 +54,12 @@ def shard_of(board: str, shards: int, member: str) -> str:
     return shard_names(board, shards)[shard_index(member, shards)]
 
 
+def index_of(name: str) -> int:
+    """The shard number of a name in Redis (0: a board's own name)."""
+    _, mark, rest = name.partition(SHARD_MARK)
+    return int(rest.split(".")[1]) if mark else 0
+
+
 def board_of(name: str) -> str:
     """The board a name in Redis belongs to: itself, or the board of a shard."""
     return name.partition(SHARD_MARK)[0]

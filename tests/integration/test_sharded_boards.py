@@ -12,16 +12,19 @@ from __future__ import annotations
 import asyncio
 import itertools
 import random
+from pathlib import Path
 from typing import Any, NamedTuple, cast
 
 import orjson
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
+from confluent_kafka import KafkaException, Producer
 from hypothesis import HealthCheck, Phase, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
 from api.app import create_app
+from api.state import APP_STATE
 from common.boards import BoardsConfig, load_boards, parse_boards
 from common.control import control_kind, control_message, parse_control
 from common.errors import ConfigError
@@ -30,11 +33,24 @@ from common.settings import Settings
 from common.store import shardcount, shardreads
 from common.store.encoding import decode_member, text, tie_mode
 from common.store.keys import BoardKeys, shard_counts
-from common.store.shards import shard_names, shard_of
+from common.store.shards import shard_index, shard_names, shard_of
 from common.store.topology import Store
-from tests.helpers import BOTH_TOPOLOGIES
+from rankstream.topics import ensure_topics
+from tests.helpers import BOTH_TOPOLOGIES, committed_total, running_worker, wait_for
+from tests.integration.test_hot_boards import NodeRunner
+from tests.integration.test_period_results_emitter import (
+    DUE,
+    HOUR_10,
+    HOUR_11,
+    Clock,
+    ev,
+    leaders_known,
+    records,
+    step,
+)
 from tests.oracle import now_ms
 from worker.apply import Applier
+from worker.main import results_emitter as make_emitter
 
 pytestmark = [pytest.mark.integration, BOTH_TOPOLOGIES]
 PROPERTY_SLOW = pytest.mark.slow  # ~40 s a topology
@@ -61,11 +77,11 @@ PAIRS = (
     ("onemix", "splitmix"),
 )
 WINDOWS = {  # what each pair is asked
-    "one": ("window=total", "window=day&at={now}"),
+    "one": ("window=total", "window=day&at={now}&trend=1"),
     "oneasc": ("window=total",),
     "onenone": ("window=total",),
     "onepacked": ("window=total", "window=day&at={now}"),
-    "onemix": ("window=30min&at={now}", "window=last_3h", "window=last_2d"),
+    "onemix": ("window=30min&at={now}&trend=1", "window=last_3h", "window=last_2d&trend=1"),
 }
 MEMBERS = ["a", "b", "bb", "m1", "m10", "m2", "m3", "m4", "m5", "zz", "Z", "m-1", "q.q", "k", "kk", "kkk",
            "w0", "w1", "w2", "w3"]  # fmt: skip
@@ -248,3 +264,168 @@ def test_the_shard_count_is_recorded_and_a_change_refused(sharded):
         ConfigError, match=r"types\.one\.shards: its boards hold data written with shards: 1,"
     ):
         shardcount.check(client, settings.key_prefix, parse_boards(resharded, "boards.yaml"), "boards.yaml")
+
+
+# --- hot sharded boards: replayed from update_cache as one board -----------------------------
+
+HOT = ("one:h", "split:h", "splitpacked:h")
+
+
+def _hot_config(tmp_path: Path, hot: bool) -> Path:
+    path = tmp_path / ("hot.yaml" if hot else "cold.yaml")
+    lines = "".join(f"  - {{board: {board}}}\n" for board in HOT)
+    path.write_text(CONFIG + ("hot:\n" + lines if hot else ""))
+    return path
+
+
+def _produce_stream(settings: Settings, boards: BoardsConfig, seed: int, count: int) -> int:
+    """`count` events (erases and resets among them) on each board of HOT; messages produced."""
+    rng, now = random.Random(seed), now_ms()
+    producer = Producer({"bootstrap.servers": settings.kafka_bootstrap, "enable.idempotence": True})
+    sent = 0
+    for n in range(count):
+        member, roll = rng.choice(MEMBERS), rng.random()
+        op = rng.choice(["incr", "incr", "set", "best", "delete"])
+        score = rng.choice([rng.randint(-3, 3), rng.randint(-1000, 1000)])
+        ts = now - rng.choice([0, 1000])
+        for board in (*HOT, "onepacked:h"):
+            headers = None
+            if roll < 0.02:
+                value, headers = control_message(Op.RESET, board, window="total" if roll < 0.01 else None)
+            elif roll < 0.05:
+                value, headers = control_message(Op.ERASE, board, member=member)
+            else:
+                event = {
+                    "id": f"s{seed}-{n}",
+                    "board": board,
+                    "member": member,
+                    "ts": ts,
+                    "op": op,
+                    "score": score,
+                }
+                value = orjson.dumps(event)
+            producer.produce(settings.topic_updates, value, key=board.encode(), headers=headers)
+            sent += 1
+    assert producer.flush(30) == 0
+    return sent
+
+
+def _committed(settings: Settings) -> int:
+    """Messages the worker group committed (0 while the group's coordinator is still moving)."""
+    try:
+        return committed_total(settings)
+    except KafkaException:
+        return 0
+
+
+def _answers(node: Any, board: str, at: int) -> dict[str, Any]:
+    """Every question of `_compare` to one board, its answers (status, body without board and source)."""
+    paths = []
+    for where in ("window=total", f"window=day&at={at}"):
+        paths += [f"/count?{where}&min=-3&max=3"]
+        for order, ties in itertools.product(("desc", "asc"), ("ordinal", "shared")):
+            q = f"?{where}&order={order}&ties={ties}"
+            paths += [f"/top{q}&offset={offset}&limit=5" for offset in (0, 3, 12)]
+            paths += [f"/members/{m}{q}" for m in MEMBERS[::4]]
+            paths += [f"/members/{m}/around{q}&n=2" for m in MEMBERS[1::4]]
+            paths += [f"/rank{q}&score={s}" for s in (-3, 0, 2)]
+    out = {}
+    for path in paths:
+        status, body = node.get(f"/v1/boards/{board}{path}")
+        body.pop("board", None)
+        out[path] = (status, body.pop("source", None), body)
+    return out
+
+
+@pytest.mark.slow
+def test_a_hot_sharded_board_replays_as_one_board_and_answers_as_redis(make_settings, tmp_path, rclient):
+    """Data written while the boards were cold, then more (resets and erases among it) once hot:
+    each shard is backfilled on its own; a node becomes ready only when every shard's marker
+    reached its seq, then answers every route from memory exactly as Redis answers it, and as
+    the same board unsharded answers from memory."""
+    cold = make_settings(boards=_hot_config(tmp_path, hot=False))
+    ensure_topics(cold)
+    hot = cold.model_copy(update={"boards": _hot_config(tmp_path, hot=True)})
+    boards = load_boards(hot.boards)
+    sent = _produce_stream(cold, boards, seed=1, count=300)
+    with running_worker(cold):
+        wait_for(lambda: _committed(cold) >= sent, 120, "the cold part applied")
+    sent += _produce_stream(hot, boards, seed=2, count=300)
+    with running_worker(hot), NodeRunner(hot) as memory, NodeRunner(cold) as redis_node:
+        wait_for(lambda: _committed(hot) >= sent, 120, "the hot part applied")
+        wait_for(lambda: memory.get("/readyz")[0] == 200, 60, "the node ready")
+        targets = memory.call(lambda app: dict(app[APP_STATE].hot.boards["split:h"].targets))
+        assert sorted(targets) == sorted(shard_names("split:h", 3))  # readiness waited for each shard
+        seqs = {b: sum(int(rclient.get(BoardKeys(hot.key_prefix, n).seq) or 0)
+                       for n in shard_names(b, boards.shards_of(b))) for b in HOT}  # fmt: skip
+
+        def held() -> dict[str, int]:
+            seqs: dict[str, int] = memory.call(
+                lambda app: {b: h.seq for b, h in app[APP_STATE].hot.boards.items()}
+            )
+            return seqs
+
+        wait_for(lambda: held() == seqs, 30, "memory caught up with Redis")
+        at = now_ms()
+        for board in ("split:h", "splitpacked:h"):
+            from_memory, from_redis = _answers(memory, board, at), _answers(redis_node, board, at)
+            assert {s for st, s, _ in from_memory.values() if st == 200} == {"memory"}
+            assert {p: (st, b) for p, (st, _, b) in from_memory.items()} == {
+                p: (st, b) for p, (st, _, b) in from_redis.items()
+            }, board
+        solo = {p: (st, b) for p, (st, _, b) in _answers(memory, "one:h", at).items()}
+        split = {p: (st, b) for p, (st, _, b) in _answers(memory, "split:h", at).items()}
+        for path, (status, body) in solo.items():  # the seq apart (each reset counts on every shard)
+            body.pop("seq", None)
+            split[path][1].pop("seq", None)
+            assert (status, body) == split[path], path
+
+
+# --- period results of a sharded board -------------------------------------------------------
+
+RESULTS_CONFIG = """
+timezone: Asia/Shanghai
+types:
+  oneres: {windows: [total, hour], late_grace: 10m, period_results: {windows: [hour], top: 6}}
+  splitres: {windows: [total, hour], late_grace: 10m, period_results: {windows: [hour], top: 6}, shards: 3}
+"""
+
+
+def test_a_sharded_boards_period_result_is_the_unsharded_ones(make_settings, tmp_path, rclient):
+    """The same hour on both boards (ties across shards, more members than the result's top):
+    the records are equal but for the board; every shard is sealed, so a late event the worker's
+    clock still admits changes no shard once the result is out."""
+    path = tmp_path / "results.yaml"
+    path.write_text(RESULTS_CONFIG)
+    settings = make_settings(boards=path)
+    ensure_topics(settings)
+    wait_for(lambda: leaders_known(settings), 30, "the results topic's partition leaders")
+    boards = load_boards(path)
+    clock = Clock(HOUR_10)
+    applier = Applier(rclient, boards, settings.key_prefix, 3600, now_ms=clock)
+    rng = random.Random(7)
+    stream = [
+        (f"m{rng.randrange(15)}", rng.choice([1, 2, 2, 5]), HOUR_10 + rng.choice([1, 2, 3]))
+        for _ in range(60)
+    ]
+    for board in ("oneres:x", "splitres:x"):
+        applier.apply([ev(n, member, score, ts, board) for n, (member, score, ts) in enumerate(stream)])
+    clock.now = DUE
+    emitting = make_emitter(settings, rclient, boards, "w1", clock=clock, metrics=None)
+    try:
+        wait_for(lambda: step(emitting) >= 0 and len(records(settings)) == 2, 60, "both results sent")
+    finally:
+        emitting.close()
+    got = {value["board"]: value for _, value, _ in records(settings)}
+    solo, split = got.pop("oneres:x"), got.pop("splitres:x")
+    assert (
+        split["members"] == len({member for member, _, _ in stream})
+        and split["seq"] == 60
+        and len(cast(list[Any], split["top"])) == 6
+    )
+    assert {**split, "board": "oneres:x"} == solo
+    # a late event on a shard other than the first: refused there too (each shard sealed)
+    late = next(m for m in (f"z{i}" for i in range(99)) if shard_index(m, 3) == 2)
+    clock.now = HOUR_11 + 60_000  # within late_grace by this clock
+    outcome = applier.apply([ev(99, late, 50, HOUR_10 + 9, "splitres:x")])[0]
+    assert outcome.late_windows == 1  # the hour refused it: sealed
