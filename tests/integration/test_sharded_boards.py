@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import random
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NamedTuple, cast
 
@@ -51,6 +52,7 @@ from tests.integration.test_period_results_emitter import (
 from tests.oracle import now_ms
 from worker.apply import Applier
 from worker.main import results_emitter as make_emitter
+from worker.rolling import RollingPreparer
 
 pytestmark = [pytest.mark.integration, BOTH_TOPOLOGIES]
 PROPERTY_SLOW = pytest.mark.slow  # ~40 s a topology
@@ -429,3 +431,61 @@ def test_a_sharded_boards_period_result_is_the_unsharded_ones(make_settings, tmp
     clock.now = HOUR_11 + 60_000  # within late_grace by this clock
     outcome = applier.apply([ev(99, late, 50, HOUR_10 + 9, "splitres:x")])[0]
     assert outcome.late_windows == 1  # the hour refused it: sealed
+
+
+# --- rolling windows across a boundary: the preparer walks each shard ------------------------
+
+ROLLING_CONFIG = """
+timezone: UTC
+types:
+  oneroll: {windows: [total, last_3h], late_grace: 10m}
+  splitroll: {windows: [total, last_3h], late_grace: 10m, shards: 3}
+"""
+
+
+def test_a_sharded_boards_next_rolling_period_is_prepared_shard_by_shard(make_settings, tmp_path, rclient):
+    """Events over three hours, the preparer at the end of the hour, then the next hour: the
+    sharded board's current and previous last_3h periods answer as the unsharded board's (the
+    oldest hour left exactly at the boundary on every shard). Without the shards' preparation the
+    members no event touched after the boundary are missing from the new period."""
+    path = tmp_path / "rolling.yaml"
+    path.write_text(ROLLING_CONFIG)
+    settings = make_settings(boards=path)
+    boards = load_boards(path)
+    wall = now_ms()
+    q = wall - wall % 3_600_000 + 3 * 3_600_000  # an hour ahead of the wall clock: nothing else runs there
+    clock = Clock(q + 20 * 60_000)
+    applier = Applier(rclient, boards, settings.key_prefix, 3600, now_ms=clock)
+    preparer = RollingPreparer(rclient, boards, settings.key_prefix, clock=clock, epoch=lambda: applier.epoch,
+                               owner="t")  # fmt: skip
+    rng = random.Random(3)
+    hours = [q - h * 3_600_000 for h in range(3)]  # buckets q-2, q-1, q
+    stream = [(rng.choice(MEMBERS), rng.choice([1, 2, 5, -1]), rng.choice(hours) + rng.randrange(60_000))
+              for _ in range(80)]  # fmt: skip
+    for board in ("oneroll:r", "splitroll:r"):
+        applier.apply([ev(n, m, s, ts, board) for n, (m, s, ts) in enumerate(stream)])
+    clock.now = q + 3_600_000 - 1  # the hour's last ms: its next period is claimed and prepared
+    while preparer.step():
+        pass
+    for name in shard_names("splitroll:r", 3):
+        assert rclient.get(BoardKeys(settings.key_prefix, name).prepared(f"last_3h:{hour_id(q + 3_600_000)}"))
+    clock.now = q + 3_600_000 + 5 * 60_000
+    later = [(rng.choice(MEMBERS[:5]), 3, clock.now - 1000) for _ in range(5)]
+    for board in ("oneroll:r", "splitroll:r"):
+        applier.apply([ev(100 + n, m, s, ts, board) for n, (m, s, ts) in enumerate(later)])
+
+    async def go() -> None:
+        app = create_app(settings, boards, clock)
+        async with TestClient(TestServer(app)) as http:
+            pair = Pair("oneroll:r", "splitroll:r", 0)
+            for where in ("window=last_3h", f"window=last_3h&at={q + 1000}", "window=last_3h&trend=1"):
+                for order in ("desc", "asc"):
+                    await _same(http, pair, f"/top?{where}&order={order}&limit=50&nocache=1")
+                    for member in MEMBERS[::3]:
+                        await _same(http, pair, f"/members/{member}/around?{where}&order={order}&n=2")
+
+    asyncio.run(go())
+
+
+def hour_id(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H")
