@@ -105,6 +105,8 @@ def build_loop(
     """The worker's wiring; `clock` is the service's clock (common/clock.py)."""
     boards = load_boards(settings.boards)
     client = redis_client(settings)
+    # before anything else: a config that moves a type's data under other keys must not start
+    shardcount.check(client, settings.key_prefix, boards, os.fspath(settings.boards))
     deadline = Deadline()
     transactional_id = f"{settings.worker_group}-{worker_id(settings)}"
     consumer = kafka_consumer(
@@ -149,7 +151,6 @@ def build_loop(
             f"Kafka at {settings.kafka_bootstrap} did not answer the worker's start "
             f"(init_transactions): {exc.args[0] if exc.args else exc}"
         ) from None
-    shardcount.check(client, settings.key_prefix, boards, os.fspath(settings.boards))
     publisher = acked = None
     if not boards.hot:  # none hot (any more): drop the flags of those that were (backfill_all does it too)
         forget_cold(client, boards, settings.key_prefix)

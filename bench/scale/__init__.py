@@ -23,12 +23,19 @@ none. The box has 2 cores: with two workers, Redis and Kafka on it, the cases wi
 measure what the box can do, not what 2 workers on 2 machines would; the CPU per event is the
 figure that carries over.
 
+Then one board at a live event's peak, unsharded and sharded (bench/scale/shards.py): the busiest
+master's Redis CPU per event with shards: 3 against the board unsharded
+(`sharded_busiest_master_ratio`, and with 4 and 8 shards); and its reads while events stream in
+(bench/scale/shardreads.py): top-10 and member-rank p99, sharded against unsharded.
+
 Knobs: RANKSTREAM_BENCH_EVENTS (N is half of it: default 150000 events per case),
-RANKSTREAM_BENCH_SCALE_BOARDS (2000).
+RANKSTREAM_BENCH_SCALE_BOARDS (2000), RANKSTREAM_BENCH_SCALE_SHARDED_EVENTS (100000 a sharded case),
+RANKSTREAM_BENCH_SCALE_CASES (the cases above to run, comma-separated; default all).
 """
 
 from __future__ import annotations
 
+import os
 import random
 import time
 
@@ -37,6 +44,7 @@ from bench.harness.processes import children
 from bench.harness.report import Row, header
 from bench.harness.stack import private_stack
 from bench.harness.stats import ratio
+from bench.scale import shardreads, shards
 from bench.scale.drain import Case, run_case
 from bench.scale.targets import cluster_target, local_cluster, single_target
 from bench.worker.workload import BOARDS_YAML, MEMBERS, WINDOWS, make_events, single_messages
@@ -45,6 +53,8 @@ from common.settings import Settings
 FOLDER = REPO / ".stack" / "bench-scale"
 DEFAULT_EVENTS = 300_000  # the worker benchmark's default; this one runs half of it per case
 DEFAULT_BOARDS = 2_000
+DEFAULT_SHARDED_EVENTS = 100_000
+SCALE_YAML = BOARDS_YAML + shards.TYPES_YAML
 WAIT_SETTING = "redis_wait_replicas"
 WAIT_ENV = {"RANKSTREAM_REDIS_WAIT_REPLICAS": "1"}
 # (name, workers, target, needs the WAIT setting): the pairs compared run next to each other
@@ -82,6 +92,8 @@ ROWS = [
     *(Row(f"cases.{name}.redis_profile.masters.{part}") for part in PROFILE_ROWS for name in NAMES),
     *(Row(f"cases.{name}.worker_metrics.apply_share") for name in NAMES),
     *(Row(f"cases.{name}.applied") for name in NAMES),
+    *(Row(name) for name in shards.ROWS),
+    *(Row(name) for name in shardreads.ROWS),
 ]
 
 
@@ -116,7 +128,7 @@ def run() -> Result:
     has_wait = WAIT_SETTING in Settings.model_fields
     cases: dict[str, Result] = {}
     with (
-        private_stack(FOLDER, BOARDS_YAML, persist=True) as stack,
+        private_stack(FOLDER, SCALE_YAML, persist=True) as stack,
         local_cluster(FOLDER / "cluster") as cluster,
         children(FOLDER / "logs") as group,
     ):
@@ -124,7 +136,10 @@ def run() -> Result:
         try:
             for target in targets.values():
                 target.prepare()
+            only = os.environ.get("RANKSTREAM_BENCH_SCALE_CASES")  # e.g. "1w_cluster" ("": none)
             for index, (name, workers, where, wait) in enumerate(CASES):
+                if only is not None and name not in only.split(","):
+                    continue
                 if wait and not has_wait:
                     say(f"{name}: skipped: Settings has no {WAIT_SETTING} yet")
                     cases[name] = {"missing": f"Settings has no {WAIT_SETTING}"}
@@ -132,11 +147,20 @@ def run() -> Result:
                 case = Case(name, workers, targets[where], WAIT_ENV if wait else {})
                 cases[name] = run_case(stack, group, case, messages, board_names, index=index)
                 say(f"{name}: {cases[name]['events_per_s']:,.0f} events/s; {cases[name]['where_cpu_goes']}")
+            sharded_n = env_int("SCALE_SHARDED_EVENTS", DEFAULT_SHARDED_EVENTS)
+            sharded = shards.run(stack, group, targets["cluster"], cluster, n=sharded_n, index=len(CASES))
+            ingest_max = float(sharded["events_per_s_k3"])
+            index = len(CASES) + len(shards.SHARDS)
+            reads_n = sharded_n // 5
+            sharded |= shardreads.run(
+                stack, group, targets["cluster"], n=reads_n, ingest_max=ingest_max, index=index
+            )
         finally:
             for target in targets.values():
                 target.close()
     return {
         **summarize(cases),
+        **sharded,
         "n_events": n,
         "boards": len(board_names),
         "members": MEMBERS,

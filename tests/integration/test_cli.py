@@ -16,7 +16,7 @@ import orjson
 import pytest
 
 from common.clock import TEST_CLOCK_ENV, ClockFile
-from common.store.keys import BoardKeys
+from common.store.keys import BoardKeys, shard_counts
 from rankstream.stack import free_port, free_port_pair
 from tests.conftest import own_topics
 from tests.helpers import api_env, http_status, produce, wait_for, worker_env
@@ -105,6 +105,27 @@ def test_bad_config_exits_non_zero_with_one_readable_line(tmp_path, env, expecte
         assert proc.returncode == 2
         lines = err.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("rankstream: ") and expected in lines[0], err
+
+
+def test_a_config_changing_a_types_shards_over_its_data_stops_worker_and_api_in_one_line(settings, rclient):
+    """The shard count Redis recorded for a type holding data (here 3, deploy/boards.yaml says
+    1): neither process starts, each says which type in one line."""
+    rclient.hset(shard_counts(settings.key_prefix), "gift", 3)
+    env = {
+        **_clean_env(),
+        "RANKSTREAM_REDIS_URL": settings.redis_url.get_secret_value(),
+        "RANKSTREAM_KEY_PREFIX": settings.key_prefix,
+        "RANKSTREAM_BOARDS": str(ROOT / "deploy" / "boards.yaml"),
+    }
+    for command in ("worker", "api"):
+        proc = _rankstream(command, env=env)
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 2, err
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(
+            f"rankstream: {ROOT / 'deploy' / 'boards.yaml'}: types.gift.shards: its boards hold data written "
+            "with shards: 3, the config says 1"
+        ), err
 
 
 def test_bad_board_file_names_file_key_and_reason(tmp_path):

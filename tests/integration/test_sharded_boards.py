@@ -108,7 +108,7 @@ EVENTS = st.lists(
     max_size=60,
 )
 PROPERTY = hsettings(
-    max_examples=12,
+    max_examples=8,
     deadline=None,
     phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink],
     database=None,
