@@ -137,7 +137,7 @@ def _sharded_result(
                 break
             rows += more
         tops.append(rows)
-    entries = [row.entry for row in shardreads.merge(tops, refs[0])[:want]]
+    entries = [shardreads.entry(refs[0], row) for row in shardreads.merge(tops, refs[0])[:want]]
     return PeriodResult(
         board, window.name, period.id, period.end_ms, total, seqs if seq is None else seq, entries
     )

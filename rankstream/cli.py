@@ -7,6 +7,7 @@ import logging
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 
@@ -153,6 +154,15 @@ def _member(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def _capacity(args: argparse.Namespace, settings: Settings) -> int:
+    from rankstream.capacity import Figures, load_figures, load_target, plan, render
+
+    target = load_target(args.target)
+    figures = load_figures(args.figures) if args.figures else Figures()
+    print(render(target, plan(target, figures), figures))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rankstream", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -239,11 +249,27 @@ def build_parser() -> argparse.ArgumentParser:
     top.set_defaults(func=_top)
     member.set_defaults(func=_member)
 
+    _demo_parser(sub)
+
+    _capacity_parser(sub)
+    return parser
+
+
+def _demo_parser(sub: Any) -> None:
     demo = sub.add_parser("demo", help="produce realistic gift events")
     demo.add_argument("--rate", type=float, default=200.0, help="events per second")
     demo.add_argument("--duration", type=float, default=0.0, help="seconds; 0 = until interrupted")
     demo.set_defaults(func=_demo)
-    return parser
+
+
+def _capacity_parser(sub: Any) -> None:
+    capacity = sub.add_parser("capacity", help="size a deployment for a target load (docs/capacity.md)")
+    capacity.add_argument("target", help="the target load, YAML (docs/capacity.md#the-target)")
+    capacity.add_argument(
+        "--figures", action="append", default=[], metavar="REPORT",
+        help="a `make bench` report to take figures from (bench/results/scale.json, worker.json); repeatable",
+    )  # fmt: skip
+    capacity.set_defaults(func=_capacity)
 
 
 _ACL_HINT = " (what each command needs: docs/operations/requirements.md#kafka-acls)"

@@ -1,9 +1,10 @@
-"""The bench's own side of Kafka: quiet clients, and a bulk producer of prepared messages (plain,
-or held back in one transaction until the caller lets them all out at once)."""
+"""The bench's own side of Kafka: quiet clients, a bulk producer of prepared messages (plain,
+or held back in one transaction until the caller lets them all out at once), and a paced one."""
 
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -92,3 +93,36 @@ def produce_held(
         producer.abort_transaction(30)
         raise
     producer.commit_transaction(60)
+
+
+@contextlib.contextmanager
+def paced(
+    bootstrap: str, topic: str, rate: float, make: Callable[[int], Sequence[Message]], step_s: float = 0.05
+) -> Iterator[None]:
+    """`make(n)`'s n messages produced at `rate` a second, in slices `step_s` apart, while the
+    block runs (a thread of its own); BenchError after it if some were not delivered."""
+    stop = threading.Event()
+    failures: list[str] = []
+
+    def run() -> None:
+        producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, **QUIET_KAFKA})
+        sent, started = 0, time.monotonic()
+        while not stop.is_set():
+            due = max(int((time.monotonic() - started) * rate) - sent, 0)
+            for key, value in make(due):
+                producer.produce(topic, value, key=key)
+            sent += due
+            producer.poll(0)
+            stop.wait(step_s)
+        if producer.flush(30):
+            failures.append("the paced producer did not deliver everything")
+
+    thread = threading.Thread(target=run, name="paced-producer", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(60)
+        if failures:
+            raise BenchError(failures[0])

@@ -26,11 +26,14 @@ figure that carries over.
 Then one board at a live event's peak, unsharded and sharded (bench/scale/shards.py): the busiest
 master's Redis CPU per event with shards: 3 against the board unsharded
 (`sharded_busiest_master_ratio`, and with 4 and 8 shards); and its reads while events stream in
-(bench/scale/shardreads.py): top-10 and member-rank p99, sharded against unsharded.
+(bench/scale/shardreads.py): top-10 and member-rank p99, sharded against unsharded. Last, the
+capacity model's check (bench/scale/capacity.py): its prediction of each process' CPU against a
+run of 2 workers, 2 API nodes and the cluster (`capacity_model_error`).
 
 Knobs: RANKSTREAM_BENCH_EVENTS (N is half of it: default 150000 events per case),
 RANKSTREAM_BENCH_SCALE_BOARDS (2000), RANKSTREAM_BENCH_SCALE_SHARDED_EVENTS (100000 a sharded case),
-RANKSTREAM_BENCH_SCALE_CASES (the cases above to run, comma-separated; default all).
+RANKSTREAM_BENCH_SCALE_CASES (the cases above to run, comma-separated; default all),
+RANKSTREAM_BENCH_SCALE_PARTS (sharded,capacity,reads: which of the later parts run; default all).
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ from bench.harness.processes import children
 from bench.harness.report import Row, header
 from bench.harness.stack import private_stack
 from bench.harness.stats import ratio
-from bench.scale import shardreads, shards
+from bench.scale import capacity, shardreads, shards
 from bench.scale.drain import Case, run_case
 from bench.scale.targets import cluster_target, local_cluster, single_target
 from bench.worker.workload import BOARDS_YAML, MEMBERS, WINDOWS, make_events, single_messages
@@ -94,6 +97,8 @@ ROWS = [
     *(Row(f"cases.{name}.applied") for name in NAMES),
     *(Row(name) for name in shards.ROWS),
     *(Row(name) for name in shardreads.ROWS),
+    Row("capacity_model_error"),
+    Row("capacity_model_worst"),
 ]
 
 
@@ -127,6 +132,7 @@ def run() -> Result:
     board_names = sorted({str(event["board"]) for event in events})
     has_wait = WAIT_SETTING in Settings.model_fields
     cases: dict[str, Result] = {}
+    sharded: Result = {}
     with (
         private_stack(FOLDER, SCALE_YAML, persist=True) as stack,
         local_cluster(FOLDER / "cluster") as cluster,
@@ -147,14 +153,21 @@ def run() -> Result:
                 case = Case(name, workers, targets[where], WAIT_ENV if wait else {})
                 cases[name] = run_case(stack, group, case, messages, board_names, index=index)
                 say(f"{name}: {cases[name]['events_per_s']:,.0f} events/s; {cases[name]['where_cpu_goes']}")
+            parts = os.environ.get("RANKSTREAM_BENCH_SCALE_PARTS", "sharded,capacity,reads").split(",")
             sharded_n = env_int("SCALE_SHARDED_EVENTS", DEFAULT_SHARDED_EVENTS)
-            sharded = shards.run(stack, group, targets["cluster"], cluster, n=sharded_n, index=len(CASES))
-            ingest_max = float(sharded["events_per_s_k3"])
             index = len(CASES) + len(shards.SHARDS)
-            reads_n = sharded_n // 5
-            sharded |= shardreads.run(
-                stack, group, targets["cluster"], n=reads_n, ingest_max=ingest_max, index=index
-            )
+            if "sharded" in parts:
+                sharded = shards.run(stack, group, targets["cluster"], cluster, n=sharded_n, index=len(CASES))
+            if "capacity" in parts and "1w_cluster" in cases:  # the check takes its figures from it
+                sharded |= capacity.run(
+                    stack, group, targets["cluster"], cases=cases, boards=boards, index=index + 2
+                )
+            if "reads" in parts and "events_per_s_k3" in sharded:
+                ingest_max = float(sharded["events_per_s_k3"])
+                reads_n = sharded_n // 5
+                sharded |= shardreads.run(
+                    stack, group, targets["cluster"], n=reads_n, ingest_max=ingest_max, index=index
+                )
         finally:
             for target in targets.values():
                 target.close()

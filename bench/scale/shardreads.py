@@ -4,10 +4,12 @@ board unsharded, each read while events stream into the board read.
 On the 3-master cluster, one prefix, two boards filled with the same events (big1:global
 unsharded, big3:global with 3 shards), one API node (`rankstream api`, warm cache bypassed with
 nocache=1: every read goes to Redis) and one worker. First the unsharded board's maximum top-10
-rate (wrk). Then, for each board in turn, in interleaved rounds: events stream into it at half
-the sharded board's maximum ingest rate (measured by bench/scale/shards.py), and the top-10, then
-a member's rank (over the board's members), are read at a constant half of that maximum top-10
-rate (the rate client: latency from each request's scheduled time); the lowest p99 of the rounds.
+rate (wrk), while events stream into it at half the sharded board's maximum ingest rate (measured
+by bench/scale/shards.py; on this 2-core box a maximum taken without them overloads the box once
+they flow). Then, for each board in turn, in interleaved rounds: events stream into it at that
+rate, and the top-10, then a member's rank (over the board's members), are read at a constant
+half of that maximum top-10 rate (the rate client: latency from each request's scheduled time);
+the lowest p99 of the rounds.
 
     sharded_top10_p99_ms, unsharded_top10_p99_ms, sharded_rank_p99_ms, unsharded_rank_p99_ms
     sharded_vs_unsharded_top10_p99, sharded_vs_unsharded_rank_p99   (goal: each <= 2)"""
@@ -15,19 +17,14 @@ rate (the rate client: latency from each request's scheduled time); the lowest p
 from __future__ import annotations
 
 import random
-import threading
 import time
-import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import orjson
-from confluent_kafka import Producer
 
 from bench.common import BenchError, Result, say
 from bench.harness.http1 import Request, write_requests
-from bench.harness.kafka import QUIET_KAFKA, produce
+from bench.harness.kafka import paced, produce
 from bench.harness.nodes import start_api, start_worker
 from bench.harness.probes import get_json, wait_ready
 from bench.harness.processes import Children
@@ -36,9 +33,8 @@ from bench.harness.stack import Stack
 from bench.harness.stats import ratio
 from bench.harness.wrk import wrk
 from bench.scale.shards import BOARD
-from bench.scale.targets import RedisTarget
-from bench.worker.workload import make_events
-from common.settings import Settings
+from bench.scale.targets import RedisTarget, part_settings
+from bench.worker.workload import live_stream, make_events
 from rankstream.topics import ensure_topics
 
 BOARDS = {"unsharded": f"big1:{BOARD}", "sharded": f"big3:{BOARD}"}
@@ -53,44 +49,6 @@ ROWS = (
 )
 ROUNDS = 2
 WRK_S = 8
-PACE_S = 0.05  # the paced producer writes a slice of events this often
-
-
-def _settings(stack: Stack, target: RedisTarget, index: int) -> Settings:
-    tag = f"scale-reads-{uuid.uuid4().hex[:8]}"
-    return stack.settings(tag, key_prefix=f"s{index}:", worker_group=f"bench-{tag}", redis_url=target.url,
-                          redis_cluster=target.cluster)  # fmt: skip
-
-
-@contextmanager
-def _paced(settings: Settings, board: str, rate: float) -> Iterator[None]:
-    """Events into `board` at `rate` a second (fresh ids: each counts) while the block runs."""
-    stop = threading.Event()
-    failures: list[str] = []
-
-    def pace() -> None:
-        producer = Producer({"bootstrap.servers": settings.kafka_bootstrap, "linger.ms": 5, **QUIET_KAFKA})
-        rng, sent, started = random.Random(7), 0, time.monotonic()
-        while not stop.is_set():
-            due = int((time.monotonic() - started) * rate) - sent
-            for event in make_events(max(due, 0), f"live-{uuid.uuid4().hex[:6]}", rng):
-                event["board"] = board
-                producer.produce(settings.topic_updates, orjson.dumps(event), key=board.encode())
-            sent += max(due, 0)
-            producer.poll(0)
-            stop.wait(PACE_S)
-        if producer.flush(30):
-            failures.append("the paced producer did not deliver everything")
-
-    thread = threading.Thread(target=pace, name="paced-producer", daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join(60)
-        if failures:
-            raise BenchError(failures[0])
 
 
 def _requests(folder: Path, board: str, members: list[str]) -> dict[str, Path]:
@@ -108,7 +66,7 @@ def run(
     stack: Stack, group: Children, target: RedisTarget, *, n: int, ingest_max: float, index: int
 ) -> Result:
     """`ingest_max`: the sharded board's maximum ingest rate (events/s, bench/scale/shards.py)."""
-    settings = _settings(stack, target, index)
+    settings = part_settings(stack, target, "reads", index)
     ensure_topics(settings)
     events = make_events(n, "fill", random.Random(20261129))
     members = sorted({str(e["member"]) for e in events})
@@ -126,15 +84,23 @@ def run(
         files = {name: _requests(stack.folder, board, members) for name, board in BOARDS.items()}
         pids = {"api": api.pid, "worker": worker.pid, **target.pids()}
         top = f"{base}/v1/boards/{BOARDS['unsharded']}/top?limit=10&nocache=1"
-        wrk(top, 2, pids)  # warm-up
-        top_max = float(wrk(top, WRK_S, pids)["rps"])
-        read_rate, ingest_rate = top_max / 2, ingest_max / 2
+        ingest_rate = ingest_max / 2
+        stream = live_stream("live", board=BOARDS["unsharded"])
+        with paced(settings.kafka_bootstrap, settings.topic_updates, ingest_rate, stream):
+            wrk(top, 2, pids)  # warm-up
+            top_max = float(wrk(top, WRK_S, pids)["rps"])  # its maximum while events stream in
+        read_rate = top_max / 2
         say(f"sharded reads: unsharded top-10 max {top_max:,.0f} req/s; reading at {read_rate:,.0f}/s "
             f"while {ingest_rate:,.0f} events/s stream into the board read")  # fmt: skip
         runs: dict[str, list[float]] = {}
         for round_no in range(ROUNDS):
             for name, board in BOARDS.items():
-                with _paced(settings, board, ingest_rate):
+                with paced(
+                    settings.kafka_bootstrap,
+                    settings.topic_updates,
+                    ingest_rate,
+                    live_stream("live", board=board),
+                ):
                     for read in ("top10", "rank"):
                         got = constant_rate(f"{base}/", read_rate, pids, requests_file=files[name][read])
                         runs.setdefault(f"{name}_{read}", []).append(float(got["p99_ms"]))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +22,7 @@ from redis.cluster import RedisCluster
 from bench.common import BenchError, say
 from bench.harness.stack import Stack
 from bench.scale.profile import Snapshot, snapshot
+from common.settings import Settings
 from common.store.topology import connect
 from rankstream.cluster import LocalRedisCluster
 
@@ -147,3 +149,15 @@ def local_cluster(folder: Path) -> Iterator[LocalRedisCluster]:
         yield cluster
     finally:
         cluster.stop()
+
+
+def part_settings(stack: Stack, target: RedisTarget, part: str, index: int) -> Settings:
+    """Settings of one part of the scale benchmark: its own topics, group and key prefix on `target`."""
+    tag = f"scale-{part}-{uuid.uuid4().hex[:8]}"
+    return stack.settings(
+        tag,
+        key_prefix=f"s{index}:",
+        worker_group=f"bench-{tag}",
+        redis_url=target.url,
+        redis_cluster=target.cluster,
+    )

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Mapping, Sequence
+import uuid
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -68,3 +69,20 @@ def fresh_topic(
     settings = stack.settings(tag, **overrides)
     ensure_topics(settings)
     return settings, produce(settings.kafka_bootstrap, settings.topic_updates, messages)
+
+
+def live_stream(
+    name: str, *, boards: int = BOARDS, board: str | None = None
+) -> Callable[[int], list[Message]]:
+    """n fresh events at a time (each counts: an id of its own), over `boards` boards or all on
+    `board`: what a paced producer sends (bench/harness/kafka.py paced)."""
+    rng = random.Random(name)
+
+    def make(n: int) -> list[Message]:
+        events = make_events(n, f"{name}-{uuid.uuid4().hex[:6]}", rng, boards=boards)
+        if board is not None:
+            for event in events:
+                event["board"] = board
+        return single_messages(events)
+
+    return make

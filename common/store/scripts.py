@@ -7,6 +7,7 @@ positions of the KEYS and ARGV fields as its wrapper sends them, so no number is
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -72,6 +73,22 @@ class LuaScript:
         except NoScriptError:
             await pipe.send("SCRIPT", "LOAD", self.source)
             return await pipe.send("EVALSHA", self.sha, len(keys), *keys, *args)
+
+    async def run_pipe_many(
+        self, pipe: Pipe, calls: Sequence[tuple[Sequence[KeyT], Sequence[ArgT]]]
+    ) -> list[Any]:
+        """Several calls at once (one write; no task per call), their replies in order; a call
+        met with NOSCRIPT is loaded and sent again alone."""
+        sent = [pipe.send("EVALSHA", self.sha, len(keys), *keys, *args) for keys, args in calls]
+        replies = await asyncio.gather(*sent, return_exceptions=True)
+        out = []
+        for (keys, args), reply in zip(calls, replies, strict=True):
+            if isinstance(reply, NoScriptError):
+                reply = await self.run_pipe(pipe, keys, args)  # noqa: PLW2901 - the retried call's
+            elif isinstance(reply, BaseException):
+                raise reply
+            out.append(reply)
+        return out
 
     def _pipeline(self, client: Store, calls: Sequence[Call]) -> list[Any]:
         pipe = client.pipeline(transaction=False)

@@ -41,11 +41,10 @@ SHALLOW_ROWS = 1_000
 MAX_ROUNDS = 64  # a narrowing halves every range per round: 64 rounds cover any zset
 
 
-class Row(NamedTuple):
-    value: float  # the zset score (a packed window's packed value)
-    zmember: bytes  # the zset member, tie prefix included
-    score_text: str  # the zset score as Redis gave it (ZCOUNT takes it back exactly)
-    entry: Entry
+# A shard's row as the merge needs it: (zset score, zset member with its tie prefix, the score as
+# Redis wrote it, meta). Plain tuples: they merge by their first two items in C, and only the
+# rows a page keeps become Entries.
+Row = tuple[float, bytes, bytes, bytes | None]
 
 
 class _Place(NamedTuple):
@@ -56,23 +55,23 @@ class _Place(NamedTuple):
     rows: list[Row]
 
 
-def _rows(ref: WindowRef, reply: list[Any], at: int) -> list[Row]:
+def _rows(reply: list[Any], at: int) -> list[Row]:
     """The rows top.lua (raw 1) or ahead.lua appended at reply[at]."""
     n = int(reply[at])
-    plen = ref.prefix_length
-    score = float if ref.packing is None else ref.packing.score_of
-    out = []
-    for j in range(n):
-        zmember, value = reply[at + 1 + 2 * j], reply[at + 2 + 2 * j]
-        meta = reply[at + 1 + 2 * n + j]
-        entry = Entry(zmember[plen:].decode(), score(value), meta or None)
-        out.append(Row(float(value), zmember, value.decode(), entry))
-    return out
+    members, scores = reply[at + 1 : at + 1 + 2 * n : 2], reply[at + 2 : at + 2 + 2 * n : 2]
+    metas = reply[at + 1 + 2 * n : at + 1 + 3 * n]
+    return [(float(v), m, v, meta or None) for m, v, meta in zip(members, scores, metas, strict=True)]
+
+
+def entry(ref: WindowRef, row: Row) -> Entry:
+    """A row as reads answer it (its member id, its score)."""
+    score = float(row[0]) if ref.packing is None else ref.packing.score_of(row[2])
+    return Entry(row[1][ref.prefix_length :].decode(), score, row[3])
 
 
 def _merge(lists: Sequence[list[Row]], high_first: bool) -> list[Row]:
     """Rows of several shards (each in view order) in the board's view order."""
-    return list(heapq.merge(*lists, key=lambda row: (row.value, row.zmember), reverse=high_first))
+    return list(heapq.merge(*lists, reverse=high_first))
 
 
 def _before(a: tuple[float, bytes], b: tuple[float, bytes], high_first: bool) -> bool:
@@ -89,7 +88,7 @@ def top_rows(client: Store, ref: WindowRef, start: int, stop: int) -> tuple[int,
     synchronous client (the worker's: a period's result, common/results.py)."""
     args = reads.top_args(ref, start, stop, False, raw=True)
     reply = reads.TOP.run(client, ref.key_list(reads.TOP_KEYS), args)
-    return int(reply[0]), int(reply[1]), _rows(ref, reply, 2)
+    return int(reply[0]), int(reply[1]), _rows(reply, 2)
 
 
 def merge(lists: Sequence[list[Row]], ref: WindowRef) -> list[Row]:
@@ -97,13 +96,16 @@ def merge(lists: Sequence[list[Row]], ref: WindowRef) -> list[Row]:
     return _merge(lists, ref.desc)
 
 
-async def _top(
-    client: Pipe, ref: WindowRef, start: int, stop: int, reverse: bool
-) -> tuple[int, int, list[Row]]:
-    """(total, seq, rows at view positions [start, stop)) of one shard."""
-    args = reads.top_args(ref, start, stop, reverse, raw=True)
-    reply = await reads.TOP.run_pipe(client, ref.key_list(reads.TOP_KEYS), args)
-    return int(reply[0]), int(reply[1]), _rows(ref, reply, 2)
+async def _tops(
+    client: Pipe, refs: Sequence[WindowRef], ranges: Sequence[tuple[int, int]], reverse: bool
+) -> list[tuple[int, int, list[Row]]]:
+    """(total, seq, rows at view positions [start, stop)) of each shard, all in one write."""
+    calls = [
+        (ref.key_list(reads.TOP_KEYS), reads.top_args(ref, start, stop, reverse, raw=True))
+        for ref, (start, stop) in zip(refs, ranges, strict=True)
+    ]
+    replies = await reads.TOP.run_pipe_many(client, calls)
+    return [(int(reply[0]), int(reply[1]), _rows(reply, 2)) for reply in replies]
 
 
 def _zset_entry(ref: WindowRef, member: str, state: MemberState) -> tuple[str, bytes]:
@@ -113,16 +115,11 @@ def _zset_entry(ref: WindowRef, member: str, state: MemberState) -> tuple[str, b
     return format_score(state.score), encode_member(ref.mode, state.tie_ms, member).encode()
 
 
-async def _place(
-    client: Pipe,
-    ref: WindowRef,
-    zset_entry: tuple[str, bytes],
-    reverse: bool,
-    *,
-    bounds: tuple[str, str] | None = None,
-    around: int = -1,
-) -> _Place:
-    """Where (score_text, zmember) stands in one shard; `around` >= 0: with the rows around it."""
+def _place_call(
+    ref: WindowRef, zset_entry: tuple[str, bytes], reverse: bool, bounds: tuple[str, str] | None, around: int
+) -> tuple[list[str], list[str | int | bytes]]:
+    """ahead.lua's keys and arguments: where (score_text, zmember) stands in one shard; `around`
+    >= 0: with the rows around it."""
     score_text, zmember = zset_entry
     lo, hi = bounds if bounds is not None else ("", "")
     values: dict[str, str | int | bytes] = {
@@ -135,9 +132,17 @@ async def _place(
         "AROUND": around,
         "PLEN": ref.prefix_length,
     }
-    reply = await _AHEAD.run_pipe(client, ref.key_list(AHEAD_KEYS), [values[n] for n in AHEAD_ARGS])
-    rows = _rows(ref, reply, 4) if around >= 0 else []
-    return _Place(int(reply[0]), int(reply[1]), int(reply[2]), int(reply[3]), rows)
+    return ref.key_list(AHEAD_KEYS), [values[n] for n in AHEAD_ARGS]
+
+
+async def _places(client: Pipe, calls: Sequence[tuple[list[str], list[str | int | bytes]]]) -> list[_Place]:
+    """ahead.lua's answers to `calls`, all sent in one write."""
+    replies = await _AHEAD.run_pipe_many(client, calls)
+    out = []
+    for (_, args), reply in zip(calls, replies, strict=True):
+        rows = _rows(reply, 4) if int(args[AHEAD_ARGS.index("AROUND")]) >= 0 else []
+        out.append(_Place(int(reply[0]), int(reply[1]), int(reply[2]), int(reply[3]), rows))
+    return out
 
 
 class ShardedWindow:
@@ -155,7 +160,7 @@ class ShardedWindow:
         # c[s], the shard's members before the page's first row, lies in [lo[s], hi[s]]
         lo, hi = [0] * len(refs), [start] * len(refs)
         if len(refs) * start > SHALLOW_ROWS:
-            heads = await asyncio.gather(*(_top(client, ref, 0, 0, reverse) for ref in refs))
+            heads = await _tops(client, refs, [(0, 0)] * len(refs), reverse)
             sizes = [total for total, _, _ in heads]
             everyone = sum(sizes)
             hi = [min(n, start) for n in sizes]
@@ -164,12 +169,10 @@ class ShardedWindow:
                 if sum(h - low for low, h in zip(lo, hi, strict=True)) <= SHALLOW_ROWS:
                     break
                 await self._narrow(client, start, reverse, lo, hi)
-        got = await asyncio.gather(
-            *(_top(client, ref, lo[s], hi[s] + span, reverse) for s, ref in enumerate(refs))
-        )
+        got = await _tops(client, refs, [(lo[s], hi[s] + span) for s in range(len(refs))], reverse)
         merged = _merge([rows for _, _, rows in got], _high_first(refs[0], reverse))
         first = start - sum(lo)
-        entries = [row.entry for row in merged[first : first + span]]
+        entries = [entry(refs[0], row) for row in merged[first : first + span]]
         return Page(sum(t for t, _, _ in got), sum(q for _, q, _ in got), entries)
 
     async def _narrow(self, client: Pipe, start: int, reverse: bool, lo: list[int], hi: list[int]) -> None:
@@ -177,11 +180,14 @@ class ShardedWindow:
         range [lo, hi] of where the shard's part of the page starts."""
         refs = self.refs
         middles = {s: (lo[s] + hi[s]) // 2 for s in range(len(refs)) if hi[s] > lo[s]}
-        pivots = await asyncio.gather(*(_top(client, refs[s], m, m + 1, reverse) for s, m in middles.items()))
+        pivots = await _tops(
+            client, [refs[s] for s in middles], [(m, m + 1) for m in middles.values()], reverse
+        )
         rows = {s: got[2][0] for s, got in zip(middles, pivots, strict=True) if got[2]}
         asks = [(s, t) for s in rows for t in range(len(refs)) if t != s]
-        places = await asyncio.gather(
-            *(_place(client, refs[t], (rows[s].score_text, rows[s].zmember), reverse) for s, t in asks)
+        places = await _places(
+            client,
+            [_place_call(refs[t], (rows[s][2].decode(), rows[s][1]), reverse, None, -1) for s, t in asks],
         )
         found: dict[int, dict[int, int]] = {s: {} for s in rows}
         for (s, t), place in zip(asks, places, strict=True):
@@ -211,25 +217,33 @@ class ShardedWindow:
         asked: list[list[str]] = [[] for _ in refs]
         for member in dict.fromkeys(members):
             asked[self._home(member)].append(member)
-        replies = await asyncio.gather(*(
-            reads.LOCATE.run_pipe(client, ref.key_list(reads.LOCATE_KEYS),
-                                  [*reads.locate_args(ref, reverse, -1, better), *asked[s]])
-            for s, ref in enumerate(refs)
-        ))  # fmt: skip
+        shards = [s for s in range(len(refs)) if asked[s]]
+        calls = [
+            (
+                refs[s].key_list(reads.LOCATE_KEYS),
+                [*reads.locate_args(refs[s], reverse, -1, better), *asked[s]],
+            )
+            for s in shards
+        ]
+        replies = await reads.LOCATE.run_pipe_many(client, calls)
+        counts = {s: (int(reply[0]), int(reply[1])) for s, reply in zip(shards, replies, strict=True)}
         homes: dict[str, tuple[int, Located, MemberState]] = {}
-        for s, reply in enumerate(replies):
+        for s, reply in zip(shards, replies, strict=True):
             for member, got in zip(asked[s], reads.located_states(reply, asked[s]), strict=True):
                 if got is not None:
                     homes[member] = (s, *got)
         asks = [(member, t) for member, (s, _, _) in homes.items() for t in range(len(refs)) if t != s]
-        places = await asyncio.gather(
-            *(self._place_of(client, homes[m], t, reverse=reverse, better=better) for m, t in asks)
-        )
+        places = await _places(client, [self._place_call(homes[m], t, reverse, better) for m, t in asks])
         placed = {m: [f.position, f.better] for m, (_, f, _) in homes.items()}
-        for (member, _), place in zip(asks, places, strict=True):
+        for (member, t), place in zip(asks, places, strict=True):
+            counts.setdefault(t, (place.total, place.seq))
             placed[member][0] += place.ahead
             if better:
                 placed[member][1] += place.better
+        rest = [s for s in range(len(refs)) if s not in counts]  # no member of theirs, none found
+        if rest:
+            heads = await _tops(client, [refs[s] for s in rest], [(0, 0)] * len(rest), reverse)
+            counts.update({s: (total, seq) for s, (total, seq, _) in zip(rest, heads, strict=True)})
         found: list[Located | None] = []
         for member in members:
             home = homes.get(member)
@@ -238,25 +252,22 @@ class ShardedWindow:
                 continue
             position, ahead = placed[member]
             found.append(Located(home[1].entry, position, ahead if better else -1))
-        total = sum(int(reply[0]) for reply in replies)
-        return Lookup(total, sum(int(reply[1]) for reply in replies), found)
+        return Lookup(sum(t for t, _ in counts.values()), sum(q for _, q in counts.values()), found)
 
-    def _place_of(
+    def _place_call(
         self,
-        client: Pipe,
         home: tuple[int, Located, MemberState],
         shard: int,
-        *,
         reverse: bool,
         better: bool,
         around: int = -1,
-    ) -> Any:
-        """ahead.lua of a member (its shard, location and state) in `shard`: an awaitable _Place."""
+    ) -> tuple[list[str], list[str | int | bytes]]:
+        """ahead.lua's call for a member (its shard, location and state) in `shard`."""
         s, found, state = home
-        score_text, zmember = _zset_entry(self.refs[s], found.entry.member, state)
+        zset_entry = _zset_entry(self.refs[s], found.entry.member, state)
         ref = self.refs[shard]
         bounds = reads.better_bounds(ref, state.score, reverse) if better else None
-        return _place(client, ref, (score_text, zmember), reverse, bounds=bounds, around=around)
+        return _place_call(ref, zset_entry, reverse, bounds, around)
 
     async def around(self, client: Pipe, member: str, n: int, reverse: bool, better: bool = True) -> Around:
         refs, s = self.refs, self._home(member)
@@ -266,22 +277,19 @@ class ShardedWindow:
         )
         got = reads.located_states(reply, [member])[0]
         if got is None:
-            heads = await asyncio.gather(*(_top(client, r, 0, 0, reverse) for r in refs))
+            heads = await _tops(client, refs, [(0, 0)] * len(refs), reverse)
             empty = Page(sum(t for t, _, _ in heads), sum(q for _, q, _ in heads), [])
             return Around(None, empty, 0, 0)
         home = (s, *got)
-        places = await asyncio.gather(
-            *(
-                self._place_of(client, home, t, reverse=reverse, better=better, around=n)
-                for t in range(len(refs))
-            )
+        places = await _places(
+            client, [self._place_call(home, t, reverse, better, n) for t in range(len(refs))]
         )
         position = sum(place.ahead for place in places)  # its own shard's: its place there
         merged = _merge([place.rows for place in places], _high_first(ref, reverse))
         score_text, zmember = _zset_entry(ref, member, got[1])
         key = (float(score_text), zmember)
         # its place among the rows: the rows before it (it is there unless a write moved it since)
-        at = sum(1 for row in merged if _before((row.value, row.zmember), key, _high_first(ref, reverse)))
+        at = sum(1 for row in merged if _before((row[0], row[1]), key, _high_first(ref, reverse)))
         start = reads.around_start(position, n)
         rows = merged[at - (position - start) : at + n + 1]
         total, seq = sum(p.total for p in places), sum(p.seq for p in places)
@@ -292,10 +300,10 @@ class ShardedWindow:
             ahead = strictly
             if start != position:  # the page's first row is above it: its own count
                 counts = await asyncio.gather(
-                    *(reads.better_and_equal(client, r, rows[0].entry.score, reverse) for r in refs)
+                    *(reads.better_and_equal(client, r, entry(ref, rows[0]).score, reverse) for r in refs)
                 )
                 ahead = sum(b for b, _, _ in counts)
-        return Around(located, Page(total, seq, [row.entry for row in rows]), start, ahead)
+        return Around(located, Page(total, seq, [entry(ref, row) for row in rows]), start, ahead)
 
     async def count_between(self, client: Pipe, low: str, high: str) -> Counted:
         counts = await asyncio.gather(*(reads.count_between(client, ref, low, high) for ref in self.refs))

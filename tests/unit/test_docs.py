@@ -30,6 +30,8 @@ KNOBS = {
     "RANKSTREAM_TEST_BOUNDARY_MS": "tests/boundaries.py",
     "RANKSTREAM_TEST_BOARD_MEMBERS": "tests/integration/test_rolling_boundary.py",
     "RANKSTREAM_REDIS_ULR": "tests/unit/test_settings.py",  # the docs' example of a refused typo
+    "RANKSTREAM_BENCH_SCALE_CASES": "bench/scale/__init__.py",
+    "RANKSTREAM_BENCH_SCALE_PARTS": "bench/scale/__init__.py",
 }
 
 
