@@ -49,6 +49,8 @@ from tests.integration.test_period_results_emitter import (
     records,
     step,
 )
+from tests.integration.test_warm_cache import node as warm_node
+from tests.integration.test_warm_cache import shows
 from tests.oracle import now_ms
 from worker.apply import Applier
 from worker.main import results_emitter as make_emitter
@@ -489,3 +491,38 @@ def test_a_sharded_boards_next_rolling_period_is_prepared_shard_by_shard(make_se
 
 def hour_id(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H")
+
+
+def test_a_sharded_boards_kept_answers_go_at_any_shards_notice(make_settings, tmp_path, rclient):
+    """The warm cache keeps a sharded board's answers under the board, and a write to any of its
+    shards drops them (its notice names the shard): no seq check runs within the test."""
+    path = tmp_path / "boards.yaml"
+    path.write_text(CONFIG)
+    settings = make_settings(boards=path, warm_check_s=60.0)
+    boards = load_boards(path)
+    applier = Applier(rclient, boards, settings.key_prefix, 600_000)
+
+    def write(n: int, member: str, score: float) -> int:
+        value = orjson.dumps(
+            {"id": f"w{n}", "board": "split:w", "member": member, "op": "set", "score": score}
+        )
+        events = parse_message(value, boards, ts_ceiling(86_400)).events
+        return applier.apply([(e, e.ts or now_ms()) for e in events])[0].seq
+
+    for n, member in enumerate(MEMBERS):
+        write(n, member, n)
+    late = {shard_index(m, 3): m for m in MEMBERS}  # a member of each shard
+    url = "/v1/boards/split:w/top?limit=3"
+
+    async def go() -> list[str]:
+        tops = []
+        async with warm_node(settings) as http:
+            first = await (await http.get(url)).json()
+            assert (await (await http.get(url)).json()) == first  # kept
+            for shard, member in sorted(late.items()):
+                write(100 + shard, member, 1000 + shard)
+                body = await shows(http, url, first["seq"] + shard + 1)
+                tops.append(body["items"][0]["member"])
+        return tops
+
+    assert asyncio.run(go()) == [late[0], late[1], late[2]]
