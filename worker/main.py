@@ -105,8 +105,6 @@ def build_loop(
     """The worker's wiring; `clock` is the service's clock (common/clock.py)."""
     boards = load_boards(settings.boards)
     client = redis_client(settings)
-    # before anything else: a config that moves a type's data under other keys must not start
-    shardcount.check(client, settings.key_prefix, boards, os.fspath(settings.boards))
     deadline = Deadline()
     transactional_id = f"{settings.worker_group}-{worker_id(settings)}"
     consumer = kafka_consumer(
@@ -143,6 +141,12 @@ def build_loop(
         defaults={"linger.ms": 5, "transaction.timeout.ms": 10_000},
     )
     outputs = TransactionalOutputs(transactional, deadline)
+    # the settings are checked (the consumer above refuses a bad one); before Kafka is asked
+    # anything, a config that would move a type's data under other keys must not start
+    try:
+        shardcount.check(client, settings.key_prefix, boards, os.fspath(settings.boards))
+    except redis.RedisError as exc:
+        raise InfrastructureError(f"Redis did not answer the worker's start (shard counts): {exc}") from None
     _log.info("registering the transactional id with Kafka", extra={"bootstrap": settings.kafka_bootstrap})
     try:
         outputs.init(settings.worker_start_timeout_s)
