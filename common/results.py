@@ -98,37 +98,8 @@ def read_result(
         for name in shard_names(board, board_type.shards)
     ]  # fmt: skip
     want = board_type.results.top
-    if len(refs) > 1:
-        return _sharded_result(
-            client, refs, board, window=window, period=period, want=want, seq=seq, page=page
-        )
-    ref = refs[0]
-    first = reads.top_sync(client, ref, 0, min(page, want))
-    entries, total = list(first.entries), first.total
-    while len(entries) < min(want, total):
-        got = reads.top_sync(client, ref, len(entries), min(len(entries) + page, want)).entries
-        if not got:  # emptied meanwhile (an erase): what was read is the result
-            break
-        entries += got
-    seq = first.seq if seq is None else seq
-    return PeriodResult(board, window.name, period.id, period.end_ms, total, seq, entries)
-
-
-def _sharded_result(
-    client: Store,
-    refs: list[reads.WindowRef],
-    board: str,
-    *,
-    window: Window,
-    period: Period,
-    want: int,
-    seq: int | None,
-    page: int,
-) -> PeriodResult:
-    """A sharded board's result: each shard's best `want` (page by page), merged; members and
-    seq summed over the shards."""
     tops, total, seqs = [], 0, 0
-    for ref in refs:
+    for ref in refs:  # a sharded board: each shard's best `want`, merged; members and seq summed
         count, shard_seq, rows = shardreads.top_rows(client, ref, 0, min(page, want))
         total, seqs = total + count, seqs + shard_seq
         while len(rows) < min(want, count):
@@ -137,7 +108,6 @@ def _sharded_result(
                 break
             rows += more
         tops.append(rows)
-    entries = [shardreads.entry(refs[0], row) for row in shardreads.merge(tops, refs[0])[:want]]
-    return PeriodResult(
-        board, window.name, period.id, period.end_ms, total, seqs if seq is None else seq, entries
-    )
+    entries = [shardreads.entry(refs[0], row) for row in shardreads.merge(tops, desc)[:want]]
+    seq = seqs if seq is None else seq
+    return PeriodResult(board, window.name, period.id, period.end_ms, total, seq, entries)

@@ -140,6 +140,11 @@ def _cores(target: Target, us_per_event: float) -> float:
     return sum(t.events_per_s * _scaled(us_per_event, t.windows) for t in target.tiers) / 1e6
 
 
+def _board_cores(tier: Tier, us_per_event: float) -> float:
+    """Cores one board of the tier takes at `us_per_event` (its share of the tier's events)."""
+    return tier.events_per_s / tier.boards * _scaled(us_per_event, tier.windows) / 1e6
+
+
 def plan(target: Target, figures: Figures) -> Plan:
     util = target.utilization
     events = sum(t.events_per_s for t in target.tiers)
@@ -150,9 +155,7 @@ def plan(target: Target, figures: Figures) -> Plan:
     master_room = util - figures.redis_idle_cores  # what a master has for commands
     shards = {}
     for tier in target.tiers:  # one board's writes, on one master unless sharded
-        per_board = tier.events_per_s / tier.boards
-        board_cores = per_board * _scaled(figures.redis_us_per_event, tier.windows) / 1e6
-        shards[tier.name] = max(1, math.ceil(board_cores / master_room))
+        shards[tier.name] = max(1, math.ceil(_board_cores(tier, figures.redis_us_per_event) / master_room))
     too_big = [name for name, k in shards.items() if k > MAX_SHARDS]
     if too_big:
         raise ConfigError(f"tiers {', '.join(too_big)}: one board needs more than {MAX_SHARDS} shards")
@@ -170,7 +173,7 @@ def plan(target: Target, figures: Figures) -> Plan:
     workers = max(1, math.ceil(worker_cores / worker_room))
     over = {}
     for tier in target.tiers:  # one partition, one worker, whatever the shards
-        per_board = tier.events_per_s / tier.boards * _scaled(figures.worker_us_per_event, tier.windows) / 1e6
+        per_board = _board_cores(tier, figures.worker_us_per_event)
         if per_board > worker_room:
             over[tier.name] = round(per_board / worker_room, 2)
     cpu = {

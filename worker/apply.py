@@ -466,6 +466,7 @@ class Applier:
             try:
                 board_type = self._boards.type_for(event.board_type)
                 assert board_type is not None  # the parser resolved it
+                names = self._shards_of(board_type, event)
                 control = event.op in CONTROL_OPS
                 if control:  # an activity's end does not stop an erase or reset
                     closed, late = False, 0
@@ -477,7 +478,7 @@ class Applier:
                     counted = self._instances(board_type, ts, now, memo)
                     pairs, deps, late = counted.pairs, counted.deps, 0 if closed else counted.late
                     if counted.dues:  # the rolling preparer walks each shard of a board
-                        for board in self._shards_of(board_type, event):
+                        for board in names:
                             dues.setdefault(board, (board_type, set()))[1].update(counted.dues)
                     # results due (worker/results.py), registered before the apply: by the first
                     # delivery's clock, so a retry judging them late later can't lose them (an
@@ -495,7 +496,7 @@ class Applier:
                 shardcount.record(self._client, self._prefix, board_type.name, board_type.shards)
                 self._shards_recorded.add(board_type.name)
             alone = control or wide
-            for board in self._shards_of(board_type, event):
+            for board in names:
                 chunk = open_chunks.get(board)
                 if chunk is None or not chunk.fits(pairs, alone, deps):
                     chunk = _Chunk(board, board_type, control=alone, rolling_counts=rolling_counts)

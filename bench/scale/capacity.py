@@ -48,7 +48,6 @@ CHECK_S = 12.0
 IDLE_S = 6.0
 CAL_S = 10.0
 WORKERS, API_NODES = 2, 2
-PROFILES: dict[str, Result] = {}  # inside Redis, per second, of each stretch: in the report
 
 
 def _reads(folder: Path, boards: int) -> Path:
@@ -143,12 +142,16 @@ def run(
         produce(settings.kafka_bootstrap, settings.topic_updates, fill)
         _wait_applied(target, settings, boards, len(fill))
         reads = _reads(stack.folder, boards)
-        figures = _calibrate(settings, target, workers[0], apis[0], rate=rate, reads=reads, boards=boards)
+        figures, profiles = _calibrate(
+            settings, target, workers[0], apis[0], rate=rate, reads=reads, boards=boards
+        )
         workers.append(start_worker(group, "cap-w1", settings, http_port=ports[1], worker_id="w1"))
         _wait_shared(ports)
         pids = {f"worker{i}": c.pid for i, c in enumerate(workers)}
         pids |= {f"api{i}": c.pid for i, (c, _) in enumerate(apis)}
-        measured = _measure(settings, target, apis, pids, rate=rate, reads=reads, boards=boards)
+        measured, profiles["check"] = _measure(
+            settings, target, apis, pids, rate=rate, reads=reads, boards=boards
+        )
         for child in workers:
             child.check_alive()
     finally:
@@ -174,7 +177,7 @@ def run(
         "capacity_predicted_cpu_s_per_s": {k: round(v, 4) for k, v in predicted.items()},
         "capacity_measured_cpu_s_per_s": {k: round(v, 4) for k, v in measured.items()},
         "capacity_errors": {k: round(v, 3) for k, v in errors.items()},
-        "capacity_redis_profiles_per_s": dict(PROFILES),
+        "capacity_redis_profiles_per_s": profiles,  # inside Redis, per second, of each stretch
     }
 
 
@@ -187,8 +190,9 @@ def _calibrate(
     rate: float,
     reads: Path,
     boards: int,
-) -> Figures:
-    """The figures, one process of each kind alone: idle, then events, then reads."""
+) -> tuple[Figures, dict[str, Result]]:
+    """The figures, one process of each kind alone: idle, then events, then reads; and what
+    Redis did in the idle and the events stretches."""
     pids = {"worker": worker.pid, "api": api[0].pid}
     idle = _stretch(target, pids, IDLE_S)
     master_idle = sum(idle.masters.values()) / len(idle.masters)
@@ -214,8 +218,7 @@ def _calibrate(
         api_idle_cores=idle.processes["api"],
     )
     say(f"capacity: figures {figures}")
-    PROFILES["idle"], PROFILES["writes"] = idle.profile, writing.profile
-    return figures
+    return figures, {"idle": idle.profile, "writes": writing.profile}
 
 
 def _kind(name: str) -> str:
@@ -233,9 +236,9 @@ def _measure(
     rate: float,
     reads: Path,
     boards: int,
-) -> dict[str, float]:
+) -> tuple[dict[str, float], Result]:
     """Each worker's, API node's and master's CPU (cores) while events stream in at `rate` and
-    reads arrive at CHECK_READS_PER_S: over CHECK_S seconds in the middle of it."""
+    reads arrive at CHECK_READS_PER_S: over CHECK_S seconds in the middle of it; and what Redis did."""
     with paced(settings.kafka_bootstrap, settings.topic_updates, rate, live_stream("cap", boards=boards)):
         loader = threading.Thread(
             target=_read_load, args=([b for _, b in apis], CHECK_READS_PER_S, pids, reads, CHECK_S + 6)
@@ -243,9 +246,8 @@ def _measure(
         loader.start()
         time.sleep(3)  # the rate clients' warm-up, the producer's first slices
         got = _stretch(target, pids, CHECK_S)
-        PROFILES["check"] = got.profile
         loader.join(CHECK_S + 200)
-    return {**got.processes, **got.masters}
+    return {**got.processes, **got.masters}, got.profile
 
 
 def _wait_shared(ports: list[int], timeout: float = 60) -> None:

@@ -65,12 +65,12 @@ def _rows(reply: list[Any], at: int) -> list[Row]:
 
 def entry(ref: WindowRef, row: Row) -> Entry:
     """A row as reads answer it (its member id, its score)."""
-    score = float(row[0]) if ref.packing is None else ref.packing.score_of(row[2])
+    score = row[0] if ref.packing is None else ref.packing.score_of(row[2])
     return Entry(row[1][ref.prefix_length :].decode(), score, row[3])
 
 
-def _merge(lists: Sequence[list[Row]], high_first: bool) -> list[Row]:
-    """Rows of several shards (each in view order) in the board's view order."""
+def merge(lists: Sequence[list[Row]], high_first: bool) -> list[Row]:
+    """Rows of several shards, each list in view order (highest first or lowest), in view order."""
     return list(heapq.merge(*lists, reverse=high_first))
 
 
@@ -89,11 +89,6 @@ def top_rows(client: Store, ref: WindowRef, start: int, stop: int) -> tuple[int,
     args = reads.top_args(ref, start, stop, False, raw=True)
     reply = reads.TOP.run(client, ref.key_list(reads.TOP_KEYS), args)
     return int(reply[0]), int(reply[1]), _rows(reply, 2)
-
-
-def merge(lists: Sequence[list[Row]], ref: WindowRef) -> list[Row]:
-    """Shards' rows, each list in the board's order, in the board's order."""
-    return _merge(lists, ref.desc)
 
 
 async def _tops(
@@ -170,7 +165,7 @@ class ShardedWindow:
                     break
                 await self._narrow(client, start, reverse, lo, hi)
         got = await _tops(client, refs, [(lo[s], hi[s] + span) for s in range(len(refs))], reverse)
-        merged = _merge([rows for _, _, rows in got], _high_first(refs[0], reverse))
+        merged = merge([rows for _, _, rows in got], _high_first(refs[0], reverse))
         first = start - sum(lo)
         entries = [entry(refs[0], row) for row in merged[first : first + span]]
         return Page(sum(t for t, _, _ in got), sum(q for _, q, _ in got), entries)
@@ -233,7 +228,7 @@ class ShardedWindow:
                 if got is not None:
                     homes[member] = (s, *got)
         asks = [(member, t) for member, (s, _, _) in homes.items() for t in range(len(refs)) if t != s]
-        places = await _places(client, [self._place_call(homes[m], t, reverse, better) for m, t in asks])
+        places = await _places(client, [self._member_call(homes[m], t, reverse, better) for m, t in asks])
         placed = {m: [f.position, f.better] for m, (_, f, _) in homes.items()}
         for (member, t), place in zip(asks, places, strict=True):
             counts.setdefault(t, (place.total, place.seq))
@@ -254,7 +249,7 @@ class ShardedWindow:
             found.append(Located(home[1].entry, position, ahead if better else -1))
         return Lookup(sum(t for t, _ in counts.values()), sum(q for _, q in counts.values()), found)
 
-    def _place_call(
+    def _member_call(
         self,
         home: tuple[int, Located, MemberState],
         shard: int,
@@ -282,10 +277,10 @@ class ShardedWindow:
             return Around(None, empty, 0, 0)
         home = (s, *got)
         places = await _places(
-            client, [self._place_call(home, t, reverse, better, n) for t in range(len(refs))]
+            client, [self._member_call(home, t, reverse, better, n) for t in range(len(refs))]
         )
         position = sum(place.ahead for place in places)  # its own shard's: its place there
-        merged = _merge([place.rows for place in places], _high_first(ref, reverse))
+        merged = merge([place.rows for place in places], _high_first(ref, reverse))
         score_text, zmember = _zset_entry(ref, member, got[1])
         key = (float(score_text), zmember)
         # its place among the rows: the rows before it (it is there unless a write moved it since)
