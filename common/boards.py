@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from common.errors import ConfigError
 from common.store.packing import longest_period_ms, packable, packable_bounds, tie_bits
-from common.store.shards import MAX_SHARDS, SHARD_MARK, board_of
+from common.store.shards import MAX_SHARDS, SHARD_MARK, board_of, shard_names
 from common.windows import (
     CALENDAR_KINDS,
     DAY_MINUTES,
@@ -153,10 +153,13 @@ class BoardsConfig:
         return board_type if board_type is not None else self.types.get(DEFAULT_TYPE)
 
     def hot_windows(self, board: str) -> tuple[str, ...]:
-        """The hot windows of a board, or of the board a shard's name belongs to."""
+        """The hot windows of a board, or of the board a shard's name belongs to: a shard of the
+        type's shard count (another count's are left from before `rankstream reshard-board`)."""
         found = self._hot_index.get(board)
         if found is None and SHARD_MARK in board:
-            found = self._hot_index.get(board_of(board))
+            whole = board_of(board)
+            if board in shard_names(whole, self.shards_of(whole)):
+                found = self._hot_index.get(whole)
         return found or ()
 
     def shards_of(self, board: str) -> int:

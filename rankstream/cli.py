@@ -95,6 +95,13 @@ def _accept_redis(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def _reshard_board(args: argparse.Namespace, settings: Settings) -> int:
+    from rankstream.reshard import reshard_board
+
+    print("\n".join(reshard_board(settings, args.type, args.shards, keep_old=args.keep_old)))
+    return 0
+
+
 def _erase(args: argparse.Namespace, settings: Settings) -> int:
     from rankstream.admin import NotAppliedError, erase
 
@@ -183,6 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
         "accept-redis",
         help="start from what Redis holds now (e.g. empty after a loss): unblocks the workers",
     ).set_defaults(func=_accept_redis)
+    _reshard_parser(sub)
 
     erase = sub.add_parser(
         "erase", help="remove a member from every window of a board, and its meta (through the worker)"
@@ -260,6 +268,21 @@ def _demo_parser(sub: Any) -> None:
     demo.add_argument("--rate", type=float, default=200.0, help="events per second")
     demo.add_argument("--duration", type=float, default=0.0, help="seconds; 0 = until interrupted")
     demo.set_defaults(func=_demo)
+
+
+def _reshard_parser(sub: Any) -> None:
+    reshard = sub.add_parser(
+        "reshard-board",
+        help="move a board type's boards to another shard count, workers stopped (docs/boards.md#shards)",
+    )
+    reshard.add_argument("type", help="the board type")
+    reshard.add_argument("--shards", type=int, required=True, help="the new shard count (1-64)")
+    reshard.add_argument(
+        "--keep-old",
+        action="store_true",
+        help="keep the old layout for API nodes still on the old config; running the command again drops it",
+    )
+    reshard.set_defaults(func=_reshard_board)
 
 
 def _capacity_parser(sub: Any) -> None:

@@ -41,13 +41,13 @@ from worker.sources import (
 
 
 @dataclass(frozen=True, slots=True)
-class _Group:
+class Group:
     topic_id: str
     partitions: list[int]
     committed: dict[int, tuple[int, str | None]]  # partition -> (offset, metadata)
 
 
-def _group(settings: Settings, admin: AdminClient) -> _Group:
+def committed_group(settings: Settings, admin: AdminClient) -> Group:
     topic = settings.topic_updates
     try:
         topic_id, partitions = describe_topic(admin, topic)
@@ -58,21 +58,26 @@ def _group(settings: Settings, admin: AdminClient) -> _Group:
         raise ConfigError(f"topic {topic}: {exc if refused is None else refused.str()}") from None
     reader = commits_reader(settings)
     try:
-        return _Group(topic_id, partitions, group_commits(reader, topic, partitions))
+        return Group(topic_id, partitions, group_commits(reader, topic, partitions))
     finally:
         reader.close()
+
+
+def require_stopped(settings: Settings, admin: AdminClient, command: str) -> None:
+    """Raise ConfigError unless the worker group has no running member."""
+    group_state = admin.describe_consumer_groups([settings.worker_group], request_timeout=KAFKA_TIMEOUT_S)
+    if group_state[settings.worker_group].result().members:
+        raise ConfigError(
+            f"consumer group {settings.worker_group} has running members: stop the workers first "
+            f"(scale them to 0), then run {command} again"
+        )
 
 
 def recover(settings: Settings) -> list[str]:
     """Rewind the group to what Redis holds; one line per partition that moved."""
     admin = AdminClient(settings.librdkafka())
-    group_state = admin.describe_consumer_groups([settings.worker_group], request_timeout=KAFKA_TIMEOUT_S)
-    if group_state[settings.worker_group].result().members:
-        raise ConfigError(
-            f"consumer group {settings.worker_group} has running members: stop the workers first "
-            "(scale them to 0), then run recover again"
-        )
-    group = _group(settings, admin)
+    require_stopped(settings, admin, "recover")
+    group = committed_group(settings, admin)
     client = redis_client(settings)
     key = partition_sources(settings.key_prefix, settings.worker_group, settings.topic_updates)
     stored = client.hgetall(key)
@@ -121,7 +126,7 @@ def accept_redis(settings: Settings) -> list[str]:
     it records), in the epoch the commits name (a new one if they name none or several), and
     accept the commits' epochs."""
     admin = AdminClient(settings.librdkafka())
-    group = _group(settings, admin)
+    group = committed_group(settings, admin)
     client = redis_client(settings)
     key = partition_sources(settings.key_prefix, settings.worker_group, settings.topic_updates)
     named = sorted({m for _, m in group.committed.values() if m})

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 
-from common.boards import BoardsConfig, WindowKind
+from common.boards import BoardsConfig, BoardType, Window, WindowKind
 from common.cache_records import marker_record, state_record
 from common.periods import parse_period
 from common.store import scan
@@ -52,13 +52,22 @@ def _instances(client: Store, keys: BoardKeys, windows: tuple[str, ...], boards:
         packed = window_bits(board_type, window) is not None
         for instance in scan.instances(client, keys, name, total, packed):
             try:
-                start = (
-                    0 if total else parse_period(window, instance.split(":", 1)[1], boards.timezone).start_ms
-                )
+                packing = instance_packing(boards, board_type, window, instance)
             except ValueError:  # a period id the window no longer has (a season taken out of the config)
                 continue
-            out.append((instance, window_packing(board_type, window, start), tie_mode(board_type)))
+            out.append((instance, packing, tie_mode(board_type)))
     return out
+
+
+def instance_packing(
+    boards: BoardsConfig, board_type: BoardType, window: Window, instance: str
+) -> Packing | None:
+    """How an instance (`total`, `<window>:<period id>`) of the window packs; raises ValueError
+    for a period id the window does not have."""
+    if window.kind is WindowKind.TOTAL:
+        return window_packing(board_type, window, 0)
+    start = parse_period(window, instance.split(":", 1)[1], boards.timezone).start_ms
+    return window_packing(board_type, window, start)
 
 
 def backfill_board(

@@ -16,7 +16,7 @@ from common.boards import BoardsConfig, split_board
 from common.errors import ConfigError, InfrastructureError
 from common.store.encoding import text
 from common.store.keys import shard_counts
-from common.store.shards import SHARD_MARK, board_of
+from common.store.shards import board_of, count_of
 from common.store.topology import Store, masters
 
 SCAN_COUNT = 2_000
@@ -59,7 +59,7 @@ def check(client: Store, prefix: str, boards: BoardsConfig, source: str) -> None
     if not unrecorded:
         return
     for node in masters(client):
-        for raw in node.scan_iter(match=f"{_glob(prefix)}{{*}}:seq", count=SCAN_COUNT):
+        for raw in node.scan_iter(match=f"{literal_glob(prefix)}{{*}}:seq", count=SCAN_COUNT):
             name = text(raw)[len(prefix) + 1 : -len("}:seq")]
             parts = split_board(board_of(name))
             if parts is None:
@@ -67,7 +67,7 @@ def check(client: Store, prefix: str, boards: BoardsConfig, source: str) -> None
             # a board whose type is not configured is of `default`
             type_name = parts[0] if parts[0] in boards.types else "default"
             if type_name in unrecorded:
-                held = int(name.partition(SHARD_MARK)[2].split(".")[0]) if SHARD_MARK in name else 1
+                held = count_of(name)
                 if held != boards.types[type_name].shards:
                     raise _changed(source, type_name, held, boards.types[type_name].shards)
 
@@ -79,6 +79,6 @@ def _changed(source: str, name: str, held: int, configured: int) -> ConfigError:
     )
 
 
-def _glob(text_: str) -> str:
+def literal_glob(text_: str) -> str:
     """`text_` matched literally by a Redis SCAN pattern."""
     return "".join("\\" + c if c in "*?[]\\" else c for c in text_)

@@ -60,6 +60,12 @@ def index_of(name: str) -> int:
     return int(rest.split(".")[1]) if mark else 0
 
 
+def count_of(name: str) -> int:
+    """The shard count a name in Redis was made for (1: a board's own name)."""
+    _, mark, rest = name.partition(SHARD_MARK)
+    return int(rest.split(".")[0]) if mark else 1
+
+
 def board_of(name: str) -> str:
     """The board a name in Redis belongs to: itself, or the board of a shard."""
     return name.partition(SHARD_MARK)[0]

@@ -25,6 +25,7 @@ from common.boards import (
 )
 from common.errors import ConfigError
 from common.store.encoding import window_bits
+from common.store.shards import shard_names
 from common.windows import Season, SeasonRule
 
 CONTRACT_EXAMPLE = """\
@@ -165,6 +166,14 @@ def test_hot_windows() -> None:
     assert config.hot_windows("gift") == ("total", "day")
     assert config.hot_windows("quest:eu:7") == ("total", "week")
     assert config.hot_windows("gift:room43") == ()
+
+
+def test_hot_windows_of_a_shard_are_its_boards_for_the_configured_count_only() -> None:
+    config = parse_boards("types: {gift: {windows: [total], shards: 3}}\nhot: [{board: 'gift:r'}]")
+
+    assert [config.hot_windows(name) for name in shard_names("gift:r", 3)] == [("total",)] * 3
+    # another count's shards (left by `rankstream reshard-board`) are not the board's
+    assert [config.hot_windows(name) for name in shard_names("gift:r", 2)] == [(), ()]
 
 
 def test_config_is_frozen() -> None:

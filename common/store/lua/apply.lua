@@ -395,9 +395,9 @@ for e = 1, E do
     order = open
   end
   ev.order = order
-  local preparing = ev.op == 'derive' or ev.op == 'rebuild'
+  local preparing = ev.op == 'derive' or ev.op == 'rebuild' or ev.op == 'restore'
   if ev.op ~= 'x' and not preparing then fps[#fps + 1] = ev.fp end
-  if ev.op ~= 'x' and ev.op ~= 'reset' then  -- a reset reads no member
+  if ev.op ~= 'x' and ev.op ~= 'reset' and ev.member ~= '' then  -- a reset reads no member
     if not seen[ev.member] then
       seen[ev.member] = true
       members[#members + 1] = ev.member
@@ -526,6 +526,8 @@ local function decide(ev, member, op, score, tie)
     local c, role, new = load(i, member), roles[i], nil
     if gone and role ~= 'f' then
       if c.present then new = false end
+    elseif op == 'restore' then  -- the member's state as another board held it, tie and all
+      new = {score, packings[i] and role == 'z' and ENC.packed_tie(packings[i], tie) or tie}
     elseif role == 'b' then
       new, delta[groups[i]] = plan_bucket(c, op, score, tie)
     elseif role == 'd' then
@@ -590,6 +592,12 @@ for _, ev in ipairs(events) do
     -- a member of a rolling period prepared ahead (or caught up): no event, so no fence, id or seq
     status = ST.APPLIED
     decide(ev, member, op, score, tie)
+  elseif op == 'restore' then
+    -- `rankstream reshard-board`: a member's state in the instances of its mask, and/or an id
+    -- the id window remembers since `tie` (a second); no event, so no fence or seq
+    status = ST.APPLIED
+    if member ~= '' then decide(ev, member, op, score, tie) end
+    if fp ~= '' then IDW.add(ids, fp, tie) end
   elseif IDW.seen(ids, fp) or (legacy and (legacy_new[legacy_key] or redis.call('EXISTS', legacy_key) == 1)) then
     status = ST.DUPLICATE  -- a duplicate of an applied event is a duplicate, whatever it would do now
   elseif op == 'closed' then

@@ -49,10 +49,10 @@ function IDW.seen(w, fp)
   return at ~= false and now_s(w) - at < w.window
 end
 
--- remember fp (phase 1: queued; written by IDW.flush)
-function IDW.add(w, fp)
+-- remember fp as applied now, or at second `at` (phase 1: queued; written by IDW.flush)
+function IDW.add(w, fp, at)
   if not w.pending[fp] then
-    w.pending[fp] = true
+    w.pending[fp] = at or true
     w.order[#w.order + 1] = fp
   end
 end
@@ -66,7 +66,8 @@ function IDW.flush(w)
   for _, key in ipairs(keys) do
     local g, args = groups[key], {}
     for _, fp in ipairs(g.items) do
-      args[#args + 1] = now
+      local at = w.pending[fp]
+      args[#args + 1] = at == true and now or string.format('%d', at)
       args[#args + 1] = fp
     end
     redis.call('ZREMRANGEBYSCORE', key, '-inf', stale)
