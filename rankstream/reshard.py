@@ -56,7 +56,7 @@ def reshard_board(settings: Settings, type_name: str, shards: int, *, keep_old: 
     client = redis_client(settings)
     prefix = settings.key_prefix
     held = shardcount.recorded(client, prefix).get(type_name, 1)
-    found = _names(client, prefix, boards, type_name)
+    found = names_of_type(client, prefix, boards, type_name)
     lines = _drop(client, prefix, found, keep={held}, what="of an earlier layout")
     if held == shards:
         return [*lines, f"{type_name}: its boards already have shards: {shards}; nothing to move"]
@@ -115,7 +115,7 @@ def reshard_board(settings: Settings, type_name: str, shards: int, *, keep_old: 
     return lines
 
 
-def _names(
+def names_of_type(
     client: Store, prefix: str, boards: BoardsConfig, type_name: str
 ) -> dict[str, dict[str, list[str]]]:
     """board -> its names in Redis (itself or its shards', of any count) -> their keys, for every

@@ -51,6 +51,7 @@ from bench.scale import capacity, shardreads, shards
 from bench.scale.drain import Case, run_case
 from bench.scale.targets import cluster_target, local_cluster, single_target
 from bench.worker.workload import BOARDS_YAML, MEMBERS, WINDOWS, make_events, single_messages
+from common.boards import parse_boards
 from common.settings import Settings
 
 FOLDER = REPO / ".stack" / "bench-scale"
@@ -157,7 +158,15 @@ def run() -> Result:
             sharded_n = env_int("SCALE_SHARDED_EVENTS", DEFAULT_SHARDED_EVENTS)
             index = len(CASES) + len(shards.SHARDS)
             if "sharded" in parts:
-                sharded = shards.run(stack, group, targets["cluster"], cluster, n=sharded_n, index=len(CASES))
+                sharded = shards.run(
+                    stack,
+                    group,
+                    targets["cluster"],
+                    cluster,
+                    n=sharded_n,
+                    index=len(CASES),
+                    boards=parse_boards(SCALE_YAML),
+                )
             if "capacity" in parts and "1w_cluster" in cases:  # the check takes its figures from it
                 sharded |= capacity.run(
                     stack, group, targets["cluster"], cases=cases, boards=boards, index=index + 2

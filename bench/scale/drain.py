@@ -130,6 +130,11 @@ def _metrics(workers: Workers, elapsed_s: float) -> dict[str, float]:
     return total
 
 
+def prefix_of(index: int) -> str:
+    """The key prefix of the case run with `index`."""
+    return f"s{index}:"
+
+
 def run_case(
     stack: Stack,
     group: Children,
@@ -142,7 +147,7 @@ def run_case(
     """One case over `messages` (single-event, over `boards`), from an empty Redis."""
     n = len(messages)
     tag = f"scale-{case.name}-{uuid.uuid4().hex[:8]}"
-    prefix = f"s{index}:"
+    prefix = prefix_of(index)
     target = case.target
     settings = stack.settings(
         tag,

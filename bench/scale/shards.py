@@ -22,9 +22,11 @@ from bench.common import BenchError, Result, say
 from bench.harness.processes import Children
 from bench.harness.stack import Stack
 from bench.harness.stats import ratio
-from bench.scale.drain import Case, run_case
+from bench.scale import reshard
+from bench.scale.drain import Case, prefix_of, run_case
 from bench.scale.targets import RedisTarget
 from bench.worker.workload import MEMBERS, WINDOWS, make_events, single_messages
+from common.boards import BoardsConfig
 from common.store.shards import shard_names
 from rankstream.cluster import LocalRedisCluster
 
@@ -37,6 +39,9 @@ ROWS = (
     "sharded_busiest_master_ratio_k8",
     *(f"busiest_master_us_per_event_k{k}" for k in SHARDS),
     *(f"events_per_s_k{k}" for k in SHARDS),
+    "reshard_member_states_per_s",
+    "reshard_redis_us_per_member_state",
+    "reshard_s",
 )
 
 
@@ -54,9 +59,17 @@ def placement(cluster: LocalRedisCluster, k: int) -> dict[str, int]:
 
 
 def run(
-    stack: Stack, group: Children, target: RedisTarget, cluster: LocalRedisCluster, *, n: int, index: int
+    stack: Stack,
+    group: Children,
+    target: RedisTarget,
+    cluster: LocalRedisCluster,
+    *,
+    n: int,
+    index: int,
+    boards: BoardsConfig,
 ) -> Result:
     cases: dict[int, Result] = {}
+    moved: Result = {}
     placed = placement(cluster, 3)
     if len(set(placed.values())) != 3:
         raise BenchError(f"the 3 shards of big3:{BOARD} are not on 3 masters: {placed}")
@@ -67,7 +80,9 @@ def run(
         cases[k] = run_case(stack, group, case, messages, shard_names(board, k), index=index + offset)
         say(f"shards {k}: {cases[k]['events_per_s']:,.0f} events/s; busiest master "
             f"{_busiest(cases[k], target):.1f} µs/event; {cases[k]['where_cpu_goes']}")  # fmt: skip
-    return summarize(cases, target, placed)
+        if k == 1:  # the unsharded board, copied to 3 shards before the next case empties Redis
+            moved = reshard.run(target, prefix_of(index + offset), boards, f"big{k}", board)
+    return {**summarize(cases, target, placed), **moved}
 
 
 def _busiest(case: Mapping[str, object], target: RedisTarget) -> float:
