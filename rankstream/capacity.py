@@ -3,11 +3,15 @@ Redis masters and memory, by arithmetic on per-core figures `make bench` measure
 
 Every figure is CPU time (or bytes) per unit of work on one core, plus what a process of each
 kind spends idle; a process uses at most one core (a worker applies on one thread, a Redis
-master runs commands on one, an API node serves on one event loop). A kind's processes are its
-total CPU divided by what one process may use (`utilization`, the share of a core planned for,
-less its idle cost; the rest is headroom for peaks, failovers and rebalances). Costs scale with
+master runs commands on one, an API node serves on one event loop). A kind's processes are the
+fewest whose load each leaves within `utilization` of a core (the rest is headroom for peaks,
+failovers and rebalances). What a worker or a master spends on events is not proportional to
+them: a worker's rounds (poll, write, Kafka transaction) cost the same whatever they carry, and
+so do a Redis event loop's wakeups, so a busier process spends less per event. The figures are
+therefore curves: a worker's CPU at the events/s it applies, a master's at the events/s it takes,
+measured at a few loads and interpolated (past the last, at its marginal cost). Costs scale with
 the window instances an event writes, linearly from the measured workload's (FIGURE_WINDOWS). A
-board takes its tier's events evenly (events_per_s / boards); a board whose Redis CPU exceeds one
+board takes its tier's events evenly (events_per_s / boards); a board whose writes exceed one
 master's budget needs `shards: K`. A board's events share one partition (producers key them by
 board), so one worker applies all of them: a board faster than one worker is flagged.
 `rankstream capacity target.yaml` prints the plan; `--figures bench/results/scale.json` uses
@@ -15,8 +19,9 @@ the figures of a run of `make bench` instead of the ones below."""
 
 from __future__ import annotations
 
+import itertools
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Annotated, Any
@@ -33,21 +38,25 @@ GB = 1024**3
 API_BASE_BYTES = 150e6  # an API node's RSS without hot boards
 
 
+Curve = tuple[tuple[float, float], ...]  # (events/s, cores above idle), by rising events/s
+
+
 @dataclass(frozen=True)
 class Figures:
-    """Per-core costs: what one process of each kind spends doing nothing (cores), and per unit
-    of work at a moderate load (µs; a quarter of a worker's drain rate: what a deployment planned
-    at `utilization` runs at, and small batches cost more per event than a drain's). The
-    defaults: `make bench` on the 2-core development machine (Nov 2026); `from_reports` reads
-    the report keys named beside each."""
+    """Per-core costs: what one process of each kind spends doing nothing (cores), per read
+    (µs), and its CPU over idle at a load (a curve). The defaults: `make bench` on the 2-core
+    development machine (Nov 2026); `from_reports` reads the report keys named beside each."""
 
-    worker_us_per_event: float = 300.0  # scale.json capacity_worker_us_per_event
-    redis_us_per_event: float = 45.0  # capacity_redis_us_per_event (all masters together)
-    api_us_per_read: float = 500.0  # capacity_api_us_per_read (top-10 pages and ranks from Redis)
-    redis_us_per_read: float = 40.0  # capacity_redis_us_per_read
-    worker_idle_cores: float = 0.02  # capacity_worker_idle_cores
-    redis_idle_cores: float = 0.01  # capacity_redis_idle_cores (each master)
-    api_idle_cores: float = 0.01  # capacity_api_idle_cores
+    # one worker holding 3 busy partitions: events/s it applies -> cores (capacity_worker_curve;
+    # its last point: a worker draining a backlog, its most)
+    worker_curve: Curve = ((876.6, 0.343), (1753.2, 0.572), (3506.4, 0.747), (8766.1, 0.817))
+    # one master: events/s it takes (its share of all boards' writes) -> cores (capacity_redis_curve)
+    redis_curve: Curve = ((292.2, 0.055), (584.4, 0.094), (1168.8, 0.098), (2922.0, 0.098))
+    api_us_per_read: float = 830.0  # capacity_api_us_per_read (top-10 pages and ranks from Redis)
+    redis_us_per_read: float = 172.0  # capacity_redis_us_per_read
+    worker_idle_cores: float = 0.005  # capacity_worker_idle_cores
+    redis_idle_cores: float = 0.002  # capacity_redis_idle_cores (each master)
+    api_idle_cores: float = 0.002  # capacity_api_idle_cores
     redis_replica_us_per_event: float = 18.0  # redis_replica_us_per_event_1w_cluster
     redis_bytes_per_member_window: float = 187.0  # worker.json redis_bytes_per_member_window
     redis_bytes_per_event_id: float = 24.0  # worker.json redis_bytes_per_event_id
@@ -64,8 +73,29 @@ class Figures:
             "redis_bytes_per_member_window": "redis_bytes_per_member_window",
             "redis_bytes_per_event_id": "redis_bytes_per_event_id",
         }
-        found = {name: float(reports[key]) for name, key in keys.items() if reports.get(key) is not None}
+        found: dict[str, Any] = {}
+        for name, key in keys.items():
+            value = reports.get(key)
+            if value is None:
+                continue
+            if name.endswith("_curve"):
+                found[name] = tuple((float(x), float(y)) for x, y in value)
+            else:
+                found[name] = float(value)
         return cls(**found)
+
+
+def at(curve: Curve, events_per_s: float) -> float:
+    """Cores over idle at `events_per_s`: through (0, 0) and the curve's points, straight
+    between them, and past the last at the last point's cost per event."""
+    if events_per_s <= 0:
+        return 0.0
+    points = ((0.0, 0.0), *curve)
+    for (x0, y0), (x1, y1) in itertools.pairwise(points):
+        if events_per_s <= x1:
+            return y0 + (y1 - y0) * (events_per_s - x0) / (x1 - x0)
+    x1, y1 = points[-1]
+    return y1 / x1 * events_per_s
 
 
 class _Strict(BaseModel):
@@ -131,58 +161,88 @@ def load_figures(paths: list[str]) -> Figures:
     return Figures.from_reports(merged)
 
 
-def _scaled(us: float, windows: int) -> float:
-    return us * windows / FIGURE_WINDOWS
+def _weight(target: Target) -> float:
+    """The target's window instances per event, against the figures' (event-weighted)."""
+    events = sum(t.events_per_s for t in target.tiers)
+    if events == 0:
+        return 1.0
+    return sum(t.events_per_s * t.windows for t in target.tiers) / events / FIGURE_WINDOWS
 
 
-def _cores(target: Target, us_per_event: float) -> float:
-    """Cores the target's events take at `us_per_event` (for the figures' windows)."""
-    return sum(t.events_per_s * _scaled(us_per_event, t.windows) for t in target.tiers) / 1e6
-
-
-def _board_cores(tier: Tier, us_per_event: float) -> float:
-    """Cores one board of the tier takes at `us_per_event` (its share of the tier's events)."""
-    return tier.events_per_s / tier.boards * _scaled(us_per_event, tier.windows) / 1e6
+def _fewest(load: Callable[[int], float], room: float) -> int:
+    """The fewest processes n >= 1 whose each one's load(n) (cores; falling as n grows) is
+    within `room`; 0 when none would do."""
+    if room <= 0:
+        return 0
+    n = 1
+    while load(n) > room:
+        if n > 1_000_000:
+            return 0
+        n *= 2
+    low = n // 2 + 1 if n > 1 else 1
+    while low < n:
+        mid = (low + n) // 2
+        if load(mid) > room:
+            low = mid + 1
+        else:
+            n = mid
+    return n
 
 
 def plan(target: Target, figures: Figures) -> Plan:
     util = target.utilization
     events = sum(t.events_per_s for t in target.tiers)
-    worker_cores = _cores(target, figures.worker_us_per_event)
-    write_cores = _cores(target, figures.redis_us_per_event)
+    weight = _weight(target)
+
+    def worker_load(per_worker: float) -> float:
+        return at(figures.worker_curve, per_worker) * weight
+
+    def master_writes(per_master: float) -> float:
+        return at(figures.redis_curve, per_master) * weight
+
     read_cores = target.reads_per_s * figures.redis_us_per_read / 1e6
     api_cores = target.reads_per_s * figures.api_us_per_read / 1e6
     master_room = util - figures.redis_idle_cores  # what a master has for commands
+    worker_room = util - figures.worker_idle_cores
     shards = {}
     for tier in target.tiers:  # one board's writes, on one master unless sharded
-        shards[tier.name] = max(1, math.ceil(_board_cores(tier, figures.redis_us_per_event) / master_room))
+        per_board = tier.events_per_s / tier.boards
+        k = 1
+        while (
+            k <= MAX_SHARDS
+            and at(figures.redis_curve, per_board / k) * tier.windows / FIGURE_WINDOWS > master_room
+        ):
+            k += 1
+        shards[tier.name] = k
     too_big = [name for name, k in shards.items() if k > MAX_SHARDS]
     if too_big:
         raise ConfigError(f"tiers {', '.join(too_big)}: one board needs more than {MAX_SHARDS} shards")
+    workers = _fewest(lambda n: worker_load(events / n), worker_room)
+    if workers == 0:
+        raise ConfigError(f"utilization {util:g} leaves a worker no room over its idle cost")
     per_member = figures.redis_bytes_per_member_window
     data = sum(t.boards * t.members_per_board * t.windows * per_member for t in target.tiers)
     ids = events * target.id_window_s * figures.redis_bytes_per_event_id
     memory_gb = (data + ids) / GB
+    cpu_masters = _fewest(lambda n: master_writes(events / n) + read_cores / n, master_room)
     needs = {  # a tie goes to the first named
         "the biggest board's shards": max(shards.values(), default=1),
-        "CPU": math.ceil((write_cores + read_cores) / master_room),
+        "CPU": max(cpu_masters, 1),
         "memory": math.ceil(memory_gb / (target.redis_memory_gb * 0.7)),
     }
     why = max(needs, key=lambda name: needs[name])
-    worker_room = util - figures.worker_idle_cores
-    workers = max(1, math.ceil(worker_cores / worker_room))
+    masters = max(*needs.values(), 1)
     over = {}
     for tier in target.tiers:  # one partition, one worker, whatever the shards
-        per_board = _board_cores(tier, figures.worker_us_per_event)
+        per_board = at(figures.worker_curve, tier.events_per_s / tier.boards) * tier.windows / FIGURE_WINDOWS
         if per_board > worker_room:
             over[tier.name] = round(per_board / worker_room, 2)
     cpu = {
-        "workers": round(worker_cores, 3),
-        "redis_masters": round(write_cores + read_cores, 3),
+        "workers": round(workers * worker_load(events / workers), 3),
+        "redis_masters": round(masters * master_writes(events / masters) + read_cores, 3),
         "redis_replicas": round(events * figures.redis_replica_us_per_event / 1e6, 3),
         "api_nodes": round(api_cores, 3),
     }
-    masters = max(*needs.values(), 1)
     api_memory = (target.hot_members * figures.api_bytes_per_hot_member + API_BASE_BYTES) / GB
     return Plan(
         events_per_s=events,
@@ -211,13 +271,13 @@ def predict(
     """CPU seconds per second of one process of each kind (`deployment`: worker, api_node,
     redis_master -> how many) at a load, events spread evenly over workers and masters and reads
     over API nodes: what the model's check compares with a run."""
-    writes = events_per_s * _scaled(figures.redis_us_per_event, windows)
     masters, workers, apis = deployment["redis_master"], deployment["worker"], deployment["api_node"]
+    weight = windows / FIGURE_WINDOWS
     return {
-        "worker": figures.worker_idle_cores
-        + events_per_s * _scaled(figures.worker_us_per_event, windows) / 1e6 / workers,
+        "worker": figures.worker_idle_cores + at(figures.worker_curve, events_per_s / workers) * weight,
         "redis_master": figures.redis_idle_cores
-        + (writes + reads_per_s * figures.redis_us_per_read) / 1e6 / masters,
+        + at(figures.redis_curve, events_per_s / masters) * weight
+        + reads_per_s * figures.redis_us_per_read / 1e6 / masters,
         "api_node": figures.api_idle_cores + reads_per_s * figures.api_us_per_read / 1e6 / apis,
     }
 
@@ -240,5 +300,13 @@ def render(target: Target, result: Plan, figures: Figures) -> str:
         " one partition (docs/capacity.md#one-board-one-worker)"
         for name, share in result.over_one_worker.items()
     ]
-    lines.append("figures: " + ", ".join(f"{f.name} {getattr(figures, f.name):g}" for f in fields(figures)))
+    lines.append(
+        "figures: " + ", ".join(f"{f.name} {_shown(getattr(figures, f.name))}" for f in fields(figures))
+    )
     return "\n".join(lines)
+
+
+def _shown(value: float | Curve) -> str:
+    if isinstance(value, tuple):
+        return " ".join(f"{x:g}/s:{y:g}" for x, y in value)
+    return f"{value:g}"

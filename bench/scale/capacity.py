@@ -19,15 +19,18 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections.abc import Mapping
+import zlib
+from collections.abc import Callable, Mapping
 from dataclasses import fields
 from pathlib import Path
 from typing import NamedTuple
 
+import orjson
+
 from bench.common import BenchError, Result, say
 from bench.harness.cpu import CpuMeter
 from bench.harness.http1 import Request, write_requests
-from bench.harness.kafka import paced, produce
+from bench.harness.kafka import Message, paced, produce
 from bench.harness.nodes import assigned_partitions, start_api, start_worker
 from bench.harness.probes import wait_ready
 from bench.harness.processes import Child, Children
@@ -47,6 +50,10 @@ CHECK_READS_PER_S = 400.0
 CHECK_S = 12.0
 IDLE_S = 6.0
 CAL_S = 10.0
+# the calibration's event rates, as shares of the check's, each applied by the one worker over
+# the boards of half the partitions: a check's worker holds 3 of the 6, at half the check's rate
+CAL_SHARES = (0.25, 0.5, 1.0)
+PARTITIONS = 6  # update_rank's (RANKSTREAM_TOPIC_UPDATES_PARTITIONS' default)
 WORKERS, API_NODES = 2, 2
 
 
@@ -143,7 +150,14 @@ def run(
         _wait_applied(target, settings, boards, len(fill))
         reads = _reads(stack.folder, boards)
         figures, profiles = _calibrate(
-            settings, target, workers[0], apis[0], rate=rate, reads=reads, boards=boards
+            settings,
+            target,
+            workers[0],
+            apis[0],
+            rate=rate,
+            reads=reads,
+            boards=boards,
+            drain=cases["1w_cluster"],
         )
         workers.append(start_worker(group, "cap-w1", settings, http_port=ports[1], worker_id="w1"))
         _wait_shared(ports)
@@ -172,11 +186,19 @@ def run(
         **{
             f"capacity_{f.name}": round(getattr(figures, f.name), 4)
             for f in fields(Figures)
-            if f.name.endswith(("_cores", "_us_per_event", "_us_per_read"))
+            if f.name.endswith(("_cores", "_us_per_read"))
         },
+        "capacity_worker_curve": figures.worker_curve,
+        "capacity_redis_curve": figures.redis_curve,
         "capacity_predicted_cpu_s_per_s": {k: round(v, 4) for k, v in predicted.items()},
         "capacity_measured_cpu_s_per_s": {k: round(v, 4) for k, v in measured.items()},
         "capacity_errors": {k: round(v, 3) for k, v in errors.items()},
+        # each board batch's write (guarded.lua or a MULTI/EXEC) per event: a process that waits
+        # longer between rounds (a busier box) carries more events in each and spends less per event
+        "capacity_writes_per_event": {
+            name: round(_writes(profiles[name]) / per_s, 3)
+            for name, per_s in [*((f"writes_{c:g}", c * rate) for c in CAL_SHARES), ("check", rate)]
+        },
         "capacity_redis_profiles_per_s": profiles,  # inside Redis, per second, of each stretch
     }
 
@@ -190,16 +212,43 @@ def _calibrate(
     rate: float,
     reads: Path,
     boards: int,
+    drain: Result,
 ) -> tuple[Figures, dict[str, Result]]:
-    """The figures, one process of each kind alone: idle, then events, then reads; and what
-    Redis did in the idle and the events stretches."""
+    """The figures, one process of each kind alone: idle, then events at CAL_SHARES of `rate`
+    (with the 1w_cluster case's drain as the curves' last point: a worker's most), then reads;
+    and what Redis did in the idle and the events stretches."""
     pids = {"worker": worker.pid, "api": api[0].pid}
+    profiles: dict[str, Result] = {}
     idle = _stretch(target, pids, IDLE_S)
     master_idle = sum(idle.masters.values()) / len(idle.masters)
-    events = rate / WORKERS  # what one worker takes in the check
-    with paced(settings.kafka_bootstrap, settings.topic_updates, events, live_stream("cap", boards=boards)):
-        time.sleep(2)
-        writing = _stretch(target, pids, CAL_S)
+    half = _half_the_partitions(boards)  # a check worker holds half of them
+    masters = len(idle.masters)
+    worker_curve, redis_curve = [], []
+    for share in CAL_SHARES:
+        per_s = share * rate
+        with paced(settings.kafka_bootstrap, settings.topic_updates, per_s, _stream("cap", half)):
+            time.sleep(2)
+            writing = _stretch(target, pids, CAL_S)
+        _wait_quiet(target, master_idle)  # what the worker still had to apply is not a read's
+        worker_curve.append(
+            (round(per_s, 1), round(writing.processes["worker"] - idle.processes["worker"], 4))
+        )
+        redis = sum(writing.masters.values()) / masters - master_idle
+        redis_curve.append((round(per_s / masters, 1), round(redis, 4)))
+        profiles[f"writes_{share:g}"] = writing.profile
+    most = float(drain["events_per_s"])
+    worker_curve.append(
+        (most, round(most * float(drain["worker_us_per_event"]) / 1e6 - idle.processes["worker"], 4))
+    )
+    redis_curve.append(
+        (
+            round(most / masters, 1),
+            round(most * float(drain["redis_us_per_event"]) / 1e6 / masters - master_idle, 4),
+        )
+    )
+    for curve in (worker_curve, redis_curve):  # never less for more events (a drain's batches are
+        for i in range(1, len(curve)):  # bigger, the lone worker's smaller: the model keeps the most)
+            curve[i] = (curve[i][0], max(curve[i][1], curve[i - 1][1]))
     read_rate = CHECK_READS_PER_S / API_NODES
     before, started = target.snapshots(), time.monotonic()
     answered = constant_rate(f"{api[1]}/", read_rate, {"api": api[0].pid}, requests_file=reads)
@@ -209,8 +258,8 @@ def _calibrate(
     )
     served = read_rate * (RATE_S + RATE_WARMUP_S)
     figures = Figures(
-        worker_us_per_event=1e6 * (writing.processes["worker"] - idle.processes["worker"]) / events,
-        redis_us_per_event=1e6 * (sum(writing.masters.values()) - master_idle * len(idle.masters)) / events,
+        worker_curve=tuple(worker_curve),
+        redis_curve=tuple(redis_curve),
         api_us_per_read=1e6 * (float(answered["cpu_pct"]["api"]) / 100 - idle.processes["api"]) / read_rate,
         redis_us_per_read=1e6 * masters_s / served,
         worker_idle_cores=idle.processes["worker"],
@@ -218,7 +267,50 @@ def _calibrate(
         api_idle_cores=idle.processes["api"],
     )
     say(f"capacity: figures {figures}")
-    return figures, {"idle": idle.profile, "writes": writing.profile}
+    return figures, {"idle": idle.profile, **profiles}
+
+
+def _writes(profile: Result) -> float:
+    """Board batch writes a second on the masters (guarded.lua calls and MULTI/EXECs; the reads'
+    scripts in the check are among the calls: an upper bound there)."""
+    commands = profile["masters"]["commands"]
+    assert isinstance(commands, dict)
+    return sum(float(commands.get(c, {}).get("calls", 0)) for c in ("evalsha", "exec"))
+
+
+def _half_the_partitions(boards: int) -> list[str]:
+    """The boards of update_rank's first 3 partitions (the producer's partitioner: CRC-32 of
+    the key, librdkafka's consistent_random): a worker holding 3 of them, as each of the
+    check's does."""
+    names = [f"gift:room{i}" for i in range(boards)]
+    return [b for b in names if zlib.crc32(b.encode()) % PARTITIONS < PARTITIONS // 2]
+
+
+def _stream(name: str, boards: list[str]) -> Callable[[int], list[Message]]:
+    """live_stream over these boards only."""
+    make = live_stream(name, boards=len(boards))
+
+    def over(n: int) -> list[Message]:
+        out = []
+        for _, value in make(n):
+            event = orjson.loads(value)
+            event["board"] = boards[int(event["board"].rsplit("room", 1)[1])]
+            out.append((event["board"].encode(), orjson.dumps(event)))
+        return out
+
+    return over
+
+
+def _wait_quiet(target: RedisTarget, idle: float, timeout: float = 60) -> None:
+    """Until the masters are back to idle (the worker caught up with what was produced)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        before = target.snapshots()
+        time.sleep(0.5)
+        busy = _masters_cpu_s(target, before, target.snapshots())
+        if sum(busy.values()) / 0.5 < 3 * idle * len(busy) + 0.01:
+            return
+    raise BenchError(f"the worker did not catch up within {timeout:.0f}s of the calibration's events")
 
 
 def _kind(name: str) -> str:

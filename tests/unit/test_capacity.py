@@ -11,11 +11,11 @@ import orjson
 import pytest
 
 from common.errors import ConfigError
-from rankstream.capacity import Figures, Target, Tier, load_figures, load_target, plan, predict
+from rankstream.capacity import Figures, Target, Tier, at, load_figures, load_target, plan, predict
 
 FIGURES = Figures(
-    worker_us_per_event=100.0,
-    redis_us_per_event=30.0,
+    worker_curve=((1000.0, 0.1),),  # 100 µs an event at any load (a straight line through 0)
+    redis_curve=((1000.0, 0.03),),  # 30 µs an event on a master
     redis_replica_us_per_event=10.0,
     api_us_per_read=500.0,
     redis_us_per_read=20.0,
@@ -70,6 +70,23 @@ def test_predict_spreads_the_load_evenly_over_each_kind_above_its_idle_cost():
     assert got == pytest.approx({"worker": 0.07, "redis_master": 0.01 + (0.03 + 0.008) / 3, "api_node": 0.13})
 
 
+def test_a_curve_is_straight_between_its_points_and_past_the_last_at_that_points_cost_per_event():
+    curve = ((500.0, 0.2), (1000.0, 0.3))
+    assert [at(curve, x) for x in (0, 250, 500, 750, 1000, 2000)] == pytest.approx(
+        [0, 0.1, 0.2, 0.25, 0.3, 0.6]
+    )
+
+
+def test_a_busier_worker_spends_less_per_event_so_fewer_workers_do():
+    # a worker's rounds cost the same whatever they carry: 0.2 cores at 500 events/s, 0.3 at 1,000
+    bent = replace(FIGURES, worker_curve=((500.0, 0.2), (1000.0, 0.3)))
+    target = Target(tiers=[Tier(name="room", boards=1000, events_per_s=2_000, members_per_board=10)])
+    # 2,000 events/s: 4 workers at 500 (0.2 each) fit 0.6, and so do 3 at 667 (0.233); 2 at
+    # 1,000 (0.3) too; 1 at 2,000 (0.5) too: one worker, where a straight 400 µs/event needs 2
+    assert plan(target, bent).workers == 1
+    assert plan(target, replace(FIGURES, worker_curve=((500.0, 0.2),))).workers == 2
+
+
 def test_idle_costs_leave_less_of_each_process():
     target = Target(tiers=[Tier(name="room", boards=1000, events_per_s=5_000, members_per_board=10)])
     assert plan(target, FIGURES).workers == 1  # 0.5 cores of 0.6
@@ -78,10 +95,12 @@ def test_idle_costs_leave_less_of_each_process():
 
 def test_figures_come_from_a_bench_report(tmp_path: Path):
     report = tmp_path / "scale.json"
-    report.write_bytes(orjson.dumps({"capacity_worker_us_per_event": 81.5, "capacity_api_us_per_read": 400}))
+    report.write_bytes(
+        orjson.dumps({"capacity_worker_curve": [[500, 0.2], [1000, 0.3]], "capacity_api_us_per_read": 400})
+    )
     figures = load_figures([str(report)])
-    assert figures.worker_us_per_event == 81.5 and figures.api_us_per_read == 400
-    assert figures.redis_us_per_event == Figures().redis_us_per_event  # not in the report: the default
+    assert figures.worker_curve == ((500.0, 0.2), (1000.0, 0.3)) and figures.api_us_per_read == 400
+    assert figures.redis_curve == Figures().redis_curve  # not in the report: the default
 
 
 def test_a_bad_target_is_one_line(tmp_path: Path):
