@@ -140,6 +140,7 @@ class HotBoards:
             desc, mode = board_type.order is Order.DESC, tie_mode(board_type)
             self.boards[hot.board] = HotBoard(hot.board, hot.windows, desc, mode, board_type.shards)
         self.ready = not self.boards
+        self.reached_ends = False
         self.started = time.monotonic()
         self.ready_after_s: float | None = 0.0 if self.ready else None
         self._stop = threading.Event()
@@ -254,6 +255,7 @@ class HotBoards:
     def _caught_up(self, consumer: Consumer, topic: str, ends: dict[int, int]) -> bool:
         positions = consumer.position([TopicPartition(topic, p) for p in ends])
         reached = all(tp.offset >= ends[tp.partition] or ends[tp.partition] == 0 for tp in positions)
+        self.reached_ends = reached  # read what the topic held at start (boards may await a marker)
         return reached and all(hot.caught_up() for hot in self.boards.values())
 
     def _finish(self) -> None:

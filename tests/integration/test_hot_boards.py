@@ -339,8 +339,9 @@ def test_board_made_hot_after_it_has_data_comes_up_complete(make_settings, tmp_p
         wait_for(lambda: applied_so_far(rclient, cold) >= part, 60, "the first part applied")
     hot = cold.model_copy(update={"boards": write_config(tmp_path, hot=True)})
     with NodeRunner(hot) as node:
-        # made hot, not backfilled yet: the node must not claim it has the board
-        time.sleep(2)
+        # made hot, not backfilled yet: once the node read all update_cache held, it must not
+        # claim it has the board
+        wait_for(lambda: node.call(lambda app: app[APP_STATE].hot.reached_ends), 60, "update_cache read")
         status, body = node.get("/readyz")
         assert status == 503 and body["ok"] is False
         progress = body["boards"]["gift:r0"]
