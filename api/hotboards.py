@@ -23,7 +23,7 @@ from confluent_kafka import Consumer, TopicPartition
 from api.hotmeta import HotMeta
 from api.hotwindow import HotWindow
 from common.boards import BoardsConfig, Order
-from common.cache_records import Kind, Record, decode, partition_for
+from common.cache_records import Kind, Record, decode, deleted_key, partition_for
 from common.clients import kafka_consumer, redis_client
 from common.clock import Clock, system_ms
 from common.errors import InfrastructureError
@@ -57,6 +57,12 @@ class HotBoard:
     replayed: int = 0
     ready: bool = False
     version: int = 0  # bumped by every change to memory (an older record can change it too)
+    # its names in Redis: records of another shard count's (left from before `rankstream
+    # reshard-board`, until compaction drops them) are not this board's
+    names: frozenset[str] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.names = frozenset(shard_names(self.board, self.shards))
 
     @property
     def seq(self) -> int:
@@ -87,8 +93,13 @@ class HotBoard:
         return found
 
     def apply(self, record: Record) -> None:
-        self.replayed += 1
         name = record.board
+        if name not in self.names:
+            return
+        self.replayed += 1
+        if record.kind is Kind.GONE:  # a deleted key: a board moved back to a count it had had
+            self._gone(record)
+            return
         self.seqs[name] = max(self.seqs.get(name, 0), record.seq)
         if record.kind is Kind.MARKER:
             self.markers[name] = max(self.markers.get(name, -1), record.seq)
@@ -107,6 +118,16 @@ class HotBoard:
             self.version += 1
             if record.meta or record.member in self.meta:  # most records: no meta, none kept
                 self.meta.take(record.member, record.seq, record.meta, self._newer)
+
+    def _gone(self, record: Record) -> None:
+        """What a deleted key held is void: a marker's, or a member's state or delete (its key's
+        records come before the deletion, the new layout's after)."""
+        if not record.instance:
+            self.markers.pop(record.board, None)
+            return
+        window = self.instances.get(record.instance)
+        if record.member and window is not None and window.forget(record.member):
+            self.version += 1
 
     def _newer(self, member: str, seq: int) -> bool:
         """Whether some window holds a state or a delete of the member newer than `seq`."""
@@ -244,7 +265,11 @@ class HotBoards:
             consumer.close()
 
     def _decode(self, messages: list[Any]) -> list[Record]:
-        return [decode(m.key(), m.value()) for m in messages if m.error() is None and m.value() is not None]
+        return [
+            deleted_key(m.key()) if m.value() is None else decode(m.key(), m.value())
+            for m in messages
+            if m.error() is None
+        ]
 
     def _apply_batch(self, messages: list[Any]) -> None:
         for record in self._decode(messages):

@@ -110,6 +110,13 @@ class HotWindow:
         self._tombs[member] = seq
         return True
 
+    def forget(self, member: str) -> bool:
+        """Drop whatever is known of the member (its state, or its delete); True if anything."""
+        old = self._keys.pop(member, None)
+        if old is not None and not self.loading:
+            self._list.remove(old)
+        return self._tombs.pop(member, None) is not None or old is not None
+
     def reset(self, seq: int, shard: int = 0) -> bool:
         """The window was emptied at `seq` (`rankstream reset`; a sharded board: that shard, at
         its seq): what is known up to it goes, and states or deletes up to it that arrive later

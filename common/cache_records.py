@@ -26,6 +26,9 @@ class Kind(IntEnum):
     DELETED = 2
     MARKER = 3  # the board's seq: every change up to it is on the topic
     RESET = 4  # the instance was emptied at this seq (its member is "")
+    # never a value: a key's deletion (a null value; `rankstream reshard-board` deletes the
+    # records of a board's old shards): what that key held is void
+    GONE = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +69,13 @@ def reset_record(board: str, instance: str, seq: int) -> tuple[bytes, bytes]:
 
 def marker_record(board: str, seq: int) -> tuple[bytes, bytes]:
     return f"{board}\0".encode(), _HEADER.pack(Kind.MARKER, 0.0, 0, seq)
+
+
+def deleted_key(key: bytes) -> Record:
+    """A key's deletion (a record with a null value) as a record of kind GONE."""
+    parts = key.decode().split("\0")
+    instance, member = (parts[1], parts[2]) if len(parts) == 3 else ("", "")
+    return Record(Kind.GONE, parts[0], instance, member, 0.0, 0, 0, None)
 
 
 def decode(key: bytes, value: bytes) -> Record:

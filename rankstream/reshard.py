@@ -30,9 +30,9 @@ from common.idwindow import LISTPACK_CAP
 from common.settings import Settings
 from common.store import shardcount
 from common.store.encoding import text
-from common.store.keys import BoardKeys, hot_flagged, shard_counts
+from common.store.keys import BoardKeys, hot_flagged, shard_counts, shard_moves
 from common.store.shardcount import literal_glob
-from common.store.shards import MAX_SHARDS, board_of, count_of, shard_names
+from common.store.shards import MAX_SHARDS, SHARD_MARK, board_of, count_of, shard_names
 from common.store.topology import Store, masters
 from rankstream.admin import UsageError
 from rankstream.recover import committed_group, require_stopped
@@ -42,7 +42,7 @@ from worker.sources import describe_topic
 
 SCAN_COUNT = 2_000
 DELIVERY_TIMEOUT_S = 30.0
-LEGACY = ("h:", "id:")  # the previous release's layouts (common/store/keys.py)
+LEGACY = ("id:",)  # the per-event dedupe records of a build before 0.1.0 (common/store/keys.py)
 
 
 def reshard_board(settings: Settings, type_name: str, shards: int, *, keep_old: bool = False) -> list[str]:
@@ -55,14 +55,17 @@ def reshard_board(settings: Settings, type_name: str, shards: int, *, keep_old: 
         raise UsageError(f"--shards must be 1 to {MAX_SHARDS}, not {shards}")
     client = redis_client(settings)
     prefix = settings.key_prefix
-    held = shardcount.recorded(client, prefix).get(type_name, 1)
     found = names_of_type(client, prefix, boards, type_name)
-    lines = _drop(client, prefix, found, keep={held}, what="of an earlier layout")
-    if held == shards:
+    moving = text(client.hget(shard_moves(prefix), type_name))
+    held = int(moving.split()[0]) if moving else _held(client, prefix, type_name, found, str(settings.boards))
+    if held == shards and not moving:  # nothing to move; what a move left is finished off
+        lines = _finish(settings, client, boards, found, held, keep_old=False)
         return [*lines, f"{type_name}: its boards already have shards: {shards}; nothing to move"]
     admin = AdminClient(settings.librdkafka())
     require_stopped(settings, admin, "reshard-board")
     group = committed_group(settings, admin)
+    # an interrupted move's new shards (not yet recorded, never registered nor published)
+    lines = _drop(client, prefix, found, keep={held}, what="of an earlier layout")
     old = {b: {n: k for n, k in names.items() if count_of(n) == held} for b, names in found.items()}
     old = {b: names for b, names in old.items() if names}
     ctx = Context(
@@ -80,13 +83,17 @@ def reshard_board(settings: Settings, type_name: str, shards: int, *, keep_old: 
     for board, names in sorted(old.items()):  # every refusal before the first write
         _check(client, settings, board, names=names, topic_id=group.topic_id, committed=group.committed)
         markers[board] = plan_markers(ctx, board, names, shards)
+    client.hset(shard_moves(prefix), type_name, f"{held} {shards}")
     members = ids = 0
     skipped: set[str] = set()
     for board, names in sorted(old.items()):
         copied = copy_board(ctx, board, names, shards, markers[board])
         members, ids = members + copied.members, ids + copied.ids
         skipped.update(copied.skipped)
-    client.hset(shard_counts(prefix), type_name, shards)
+    recorded = client.pipeline(transaction=True)  # one slot: {shards}
+    recorded.hset(shard_counts(prefix), type_name, shards)
+    recorded.hdel(shard_moves(prefix), type_name)
+    recorded.execute()
     lines.append(
         f"{type_name}: {len(old)} boards moved from shards: {held} to shards: {shards} "
         f"({members} member states, {ids} remembered ids); recorded shards: {shards}"
@@ -96,22 +103,63 @@ def reshard_board(settings: Settings, type_name: str, shards: int, *, keep_old: 
             f"  left out {len(skipped)} periods of windows the config no longer has: "
             + ", ".join(sorted(skipped))
         )
-    hot = [n for b, names in old.items() if boards.hot_windows(b) for n in names]
-    if hot:
-        _, partitions = describe_topic(admin, settings.topic_cache)
-        deleted = delete_records(settings, hot, len(partitions))
-        lines.append(f"  deleted {deleted} update_cache records of the old shards of hot boards")
-    _forget(client, prefix, [n for names in old.values() for n in names], shards)
+    lines += _finish(settings, client, boards, old, shards, keep_old=keep_old)
     if keep_old:
         lines.append(
             f"  the old layout is kept: `rankstream reshard-board {type_name} --shards {shards}` drops it"
         )
-    else:
-        lines += _drop(client, prefix, old, keep={shards}, what="of the old layout")
     lines.append(
         f"now set `shards: {shards}` for type {type_name} in {settings.boards}, start the workers "
         "and restart the API nodes"
     )
+    return lines
+
+
+def _held(
+    client: Store, prefix: str, type_name: str, found: Mapping[str, Mapping[str, object]], source: str
+) -> int:
+    """The type's shard count as Redis records it, or as its boards' names tell when it has no
+    record (an unsharded type's first write records none); refused when they disagree."""
+    recorded = shardcount.recorded(client, prefix).get(type_name)
+    if recorded is not None:
+        return recorded
+    counts = {count_of(name) for names in found.values() for name in names}
+    if len(counts) > 1:
+        raise ConfigError(
+            f"{source}: types.{type_name}: Redis records no shard count for the type, and its boards "
+            f"are held with shards: {', '.join(map(str, sorted(counts)))}: record the one the workers "
+            f"write with (HSET {shard_counts(prefix)} {type_name} <K>) and run reshard-board again"
+        )
+    return counts.pop() if counts else 1
+
+
+def _finish(
+    settings: Settings,
+    client: Store,
+    boards: BoardsConfig,
+    found: Mapping[str, Mapping[str, Sequence[str]]],
+    shards: int,
+    *,
+    keep_old: bool,
+) -> list[str]:
+    """What follows the record of a move (`shards`), also when a run stopped midway does it
+    again: names of another count leave the rolling windows' registrations and the hot boards'
+    flag list, their update_cache records are deleted (hot boards), and, unless `keep_old`,
+    their keys."""
+    prefix, lines = settings.key_prefix, []
+    stale = {b: [n for n in names if count_of(n) != shards] for b, names in found.items()}
+    stale = {b: names for b, names in stale.items() if names}
+    if not stale:
+        return []
+    _forget(client, prefix, [n for names in stale.values() for n in names], shards)
+    hot = [n for b, names in stale.items() if boards.hot_windows(b) for n in names]
+    if hot:
+        _, partitions = describe_topic(AdminClient(settings.librdkafka()), settings.topic_cache)
+        deleted = delete_records(settings, hot, len(partitions))
+        if deleted:
+            lines.append(f"  deleted {deleted} update_cache records of the old shards of hot boards")
+    if not keep_old:
+        lines += _drop(client, prefix, found, keep={shards}, what="of the old layout")
     return lines
 
 
@@ -120,7 +168,8 @@ def names_of_type(
 ) -> dict[str, dict[str, list[str]]]:
     """board -> its names in Redis (itself or its shards', of any count) -> their keys, for every
     board of the type: one SCAN of every master. A name counts once it has a seq (every board
-    written has one, and a move writes its new shards' first)."""
+    written has one, and a move writes its new shards' first); a shard's name, by its mark, also
+    without (one that took no event may hold a sealed period's marker)."""
     keys: dict[str, list[str]] = defaultdict(list)
     for node in masters(client):
         for raw in node.scan_iter(match=f"{literal_glob(prefix)}{{*}}:*", count=SCAN_COUNT):
@@ -131,7 +180,7 @@ def names_of_type(
     out: dict[str, dict[str, list[str]]] = defaultdict(dict)
     for name, found in keys.items():
         parts = split_board(board_of(name))
-        if parts is None or f"{prefix}{{{name}}}:seq" not in found:
+        if parts is None or (SHARD_MARK not in name and f"{prefix}{{{name}}}:seq" not in found):
             continue
         if (parts[0] if parts[0] in boards.types else "default") == type_name:
             out[board_of(name)][name] = found
@@ -171,8 +220,8 @@ def _check(
     for name, keys in names.items():
         if any(s.startswith(LEGACY) for s in suffixes(settings.key_prefix, name, keys)):
             raise ConfigError(
-                f"board {board} still holds the previous release's layout: run the workers until "
-                "they adopted it (RANKSTREAM_LEGACY_DEDUPE_S after the upgrade), then reshard"
+                f"board {board} still holds per-event dedupe records of a build before 0.1.0: run the "
+                "workers until they expire (RANKSTREAM_DEDUPE_WINDOW_S after the upgrade), then reshard"
             )
         fence = cast(dict[bytes, bytes], client.hgetall(BoardKeys(settings.key_prefix, name).fence))
         for raw_field, raw in fence.items():

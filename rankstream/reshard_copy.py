@@ -28,6 +28,7 @@ from typing import cast
 
 from common.boards import BoardsConfig, BoardType, WindowKind
 from common.errors import ConfigError
+from common.periods import parse_period
 from common.store.apply import ApplyEvent, ApplyRequest, ApplyScript, ForeignEpoch, Instance
 from common.store.encoding import Packing, text, tie_mode
 from common.store.keys import BUCKET_PREFIX, BoardKeys
@@ -187,38 +188,39 @@ def plan_markers(ctx: Context, board: str, old: Mapping[str, Sequence[str]], sha
     """The new shards' period markers. A period result's (sealed, sending, sent): when every old
     shard is sealed, the new lead shard (shard 0: worker/results.py) takes the old lead's state
     and the others `sealed`; else none (the result is sealed again, as it is still due). A
-    rolling period prepared ahead (done): when every old shard that has data of the window has
-    it, every new shard has it; when none has, none (the workers prepare the new shards); a
-    preparation under way or half done is refused (run the workers until it is over)."""
+    rolling period's `done` (prepared from the one before it): for a period under way or past,
+    on every new shard if an old one has it (it steers only a next period's writes); for the
+    next period, when every old shard with data of the window has it, and none when none has
+    (the workers prepare the new shards); a preparation under way (`busy:`), or a next period
+    some shards have and others have not, is refused (run the workers until it is over)."""
     client, out = ctx.client, Markers()
     parts = {name: suffixes(ctx.prefix, name, keys) for name, keys in old.items()}
-    held = next(iter(parts))
-    old_names = shard_names(board, count_of(held))
-    instances = {s[3:] for sfx in parts.values() for s in sfx if s.startswith("rp:")}
-    for inst in sorted(instances):
-        window_name = inst.split(":", 1)[0]
+    old_names = shard_names(board, count_of(next(iter(parts))))
+    for inst in sorted({s[3:] for sfx in parts.values() for s in sfx if s.startswith("rp:")}):
+        window_name, _, period_id = inst.partition(":")
         try:
-            rolling = ctx.board_type.window(window_name).kind is WindowKind.ROLLING
-        except KeyError:
-            continue
+            window = ctx.board_type.window(window_name)
+            start = parse_period(window, period_id, ctx.boards.timezone).start_ms
+        except (KeyError, ValueError):
+            continue  # a window or period the config no longer has: not copied
         keys = [BoardKeys(ctx.prefix, n).prepared(inst) for n in old_names]
         values = [text(v) for v in cast(list[bytes | None], [client.get(k) for k in keys])]
-        if rolling:
-            counts = {n for n, sfx in parts.items() if any(_of_window(s, window_name) for s in sfx)}
-            values = [v for n, v in zip(old_names, values, strict=True) if n in counts or v is not None]
         if any(v is not None and v.startswith(BUSY) for v in values):
             raise ConfigError(_half(board, inst))
         levels = [_level(v) for v in values]
-        if not levels:
-            continue
         expire = max(_expire_at(client, k) for k in keys)
         if min(levels) == 2:
-            lead = values[0] or SEALED  # the old lead's, sent or not
-            out.write[inst] = ([lead] + [SEALED] * (shards - 1), expire)
-        elif min(levels) == 1:
+            out.write[inst] = ([values[0] or SEALED] + [SEALED] * (shards - 1), expire)
+        elif window.kind is not WindowKind.ROLLING or max(levels) == 0:
+            continue
+        elif start <= ctx.now_s * 1000:
             out.write[inst] = ([DONE] * shards, expire)
-        elif rolling and max(levels) >= 1:
-            raise ConfigError(_half(board, inst))
+        else:  # the next period: each shard with buckets of the window is prepared, or none is
+            has_data = {n for n, sfx in parts.items() if any(s.startswith(f"b:{window_name}:") for s in sfx)}
+            counted = [lv for n, lv in zip(old_names, levels, strict=True) if n in has_data or lv > 0]
+            if min(counted) == 0:
+                raise ConfigError(_half(board, inst))
+            out.write[inst] = ([DONE] * shards, expire)
     return out
 
 
@@ -227,10 +229,6 @@ def _half(board: str, inst: str) -> str:
         f"board {board}: period {inst} is being prepared (or sealed) by the workers: start them until "
         "it is done, stop them, and run reshard-board again"
     )
-
-
-def _of_window(suffix: str, window: str) -> bool:
-    return suffix.startswith((f"z:{window}:", f"p:{window}:", f"b:{window}:"))
 
 
 def _level(value: str | None) -> int:

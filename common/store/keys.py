@@ -48,6 +48,8 @@ board lives in one Cluster slot and one script may touch all of it.
 
     <prefix>{shards}                    hash board type -> its shards (`shards: K`) as written
                                        at its boards' first write (common/store/shardcount.py)
+    <prefix>{shards}:moving             hash board type -> "<from> <to>" while `rankstream
+                                       reshard-board` moves it (rankstream/reshard.py)
 
     <prefix>{results}:due               zset "<board>|<window>|<period>" -> when its result is due
                                        (the period's end + late grace + a settle margin)
@@ -236,6 +238,12 @@ def hot_flagged(prefix: str) -> str:
 def shard_counts(prefix: str) -> str:
     """Hash board type -> the shards its boards were first written with (common/store/shardcount.py)."""
     return f"{prefix}{{shards}}"
+
+
+def shard_moves(prefix: str) -> str:
+    """Hash board type -> "<from> <to>" while `rankstream reshard-board` moves the type's boards
+    (rankstream/reshard.py): a run stopped before it recorded the new count starts over."""
+    return f"{prefix}{{shards}}:moving"
 
 
 def results_due(prefix: str) -> str:

@@ -12,13 +12,18 @@ from typing import Any
 
 import orjson
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
 
-from common.boards import load_boards
+from common.boards import BoardsConfig, load_boards
+from common.clients import redis_client
+from common.control import control_message
 from common.errors import ConfigError
+from common.events import Op
 from common.settings import Settings
 from common.store import shardcount
-from common.store.keys import BoardKeys
+from common.store.encoding import text, tie_mode
+from common.store.keys import BoardKeys, shard_moves
+from common.store.scan import state_pages
 from common.store.shards import shard_names
 from common.store.topology import Store
 from rankstream.reshard import reshard_board
@@ -26,6 +31,7 @@ from rankstream.topics import ensure_topics
 from tests.helpers import BOTH_TOPOLOGIES, committed_total, running_worker, wait_for
 from tests.integration.test_hot_boards import NodeRunner
 from tests.oracle import now_ms
+from worker.backfill import instance_packing
 
 pytestmark = [pytest.mark.integration, BOTH_TOPOLOGIES]
 
@@ -34,22 +40,29 @@ timezone: Asia/Kolkata
 types:
   ref: {windows: [total, day, last_3h], late_grace: 1d, max_members: 6}
   mv: {windows: [total, day, last_3h], late_grace: 1d, max_members: 6, shards: %d}
-hot: [{board: "ref:a"}, {board: "mv:a"}]
+  refp: {windows: [total, day], late_grace: 1d, score_range: [-100000, 100000]}
+  mvp: {windows: [total, day], late_grace: 1d, score_range: [-100000, 100000], shards: %d}
+hot: [{board: "ref:a"}, {board: "mv:a"}, {board: "refp:a"}, {board: "mvp:a"}]
 """
 BOARDS = ("a", "b")
 MEMBERS = [f"m{i}" for i in range(14)] + ["z", "Z", "q.q"]
-QUERIES = ("window=total", "window=day&at={now}&trend=1", "window=last_3h&trend=1")
+QUERIES = {  # what each moved type is asked (mvp: packed scores, a declared score range)
+    "mv": ("window=total", "window=day&at={now}&trend=1", "window=last_3h&trend=1"),
+    "mvp": ("window=total", "window=day&at={now}&trend=1"),
+}
+MOVED = tuple(QUERIES)
 
 
 def _config(tmp_path: Path, shards: int) -> Path:
     path = tmp_path / f"boards{shards}.yaml"
-    path.write_text(CONFIG % shards)
+    path.write_text(CONFIG % (shards, shards))
     return path
 
 
-def _produce(settings: Settings, seed: int, count: int, *, again: int = 0) -> int:
-    """`count` events on each `ref` and `mv` board (ties, incr/set/best/delete), the first
-    `again` of them sent twice (a producer's retries: duplicates by id); messages produced."""
+def _produce(settings: Settings, seed: int, count: int, *, again: int = 0, reset_at: int = -1) -> int:
+    """`count` events on each board of every pair (ties, incr/set/best/delete), the first
+    `again` of them sent twice (a producer's retries: duplicates by id), and a whole board's
+    reset (`rankstream reset`'s message) before event `reset_at`; messages produced."""
     rng, now = random.Random(seed), now_ms()
     producer = Producer({"bootstrap.servers": settings.kafka_bootstrap, "enable.idempotence": True})
     sent = 0
@@ -58,26 +71,39 @@ def _produce(settings: Settings, seed: int, count: int, *, again: int = 0) -> in
         op = rng.choice(["incr", "incr", "incr", "set", "best", "delete"])
         ts = now - rng.choice([0, 1_000, 1_000, 600_000, 7_200_000])
         score = rng.choice([rng.randint(-2, 2), rng.randint(-500, 500)])
-        for kind, board in itertools.product(("ref", "mv"), BOARDS):
-            event = {"id": f"{seed}-{n}", "board": f"{kind}:{board}", "member": member, "op": op, "ts": ts}
+        for kind, board in itertools.product(("ref", "mv", "refp", "mvp"), BOARDS):
+            name = f"{kind}:{board}"
+            if n == reset_at:
+                value, headers = control_message(Op.RESET, name)
+                producer.produce(settings.topic_updates, value, key=name.encode(), headers=headers)
+                sent += 1
+            event = {"id": f"{seed}-{n}", "board": name, "member": member, "op": op, "ts": ts}
             if op != "delete":
                 event["score"] = score
             for _ in range(2 if n < again else 1):
-                producer.produce(settings.topic_updates, orjson.dumps(event), key=f"{kind}:{board}".encode())
+                producer.produce(settings.topic_updates, orjson.dumps(event), key=name.encode())
                 sent += 1
     assert producer.flush(30) == 0
     return sent
 
 
+def _committed(settings: Settings) -> int:
+    """Messages the worker group committed (0 while the group's coordinator is still moving)."""
+    try:
+        return committed_total(settings)
+    except KafkaException:
+        return 0
+
+
 def _run_until_applied(settings: Settings, sent: int) -> None:
     with running_worker(settings):
-        wait_for(lambda: committed_total(settings) >= sent, 120, "the events applied")
+        wait_for(lambda: _committed(settings) >= sent, 120, "the events applied")
 
 
-def _answers(node: NodeRunner, kind: str, board: str, now: int) -> dict[str, Any]:
-    """Every route's answer for one board (status, source, body without its name and seq)."""
+def _answers(node: NodeRunner, board: str, queries: tuple[str, ...], now: int) -> dict[str, Any]:
+    """Every route's answer for one board: (status, source, body without its name and seq)."""
     paths = []
-    for where in (q.format(now=now) for q in QUERIES):
+    for where in (q.format(now=now) for q in queries):
         paths += [f"/count?{where}&min=-2&max=2"]
         for order, ties in itertools.product(("desc", "asc"), ("ordinal", "shared")):
             q = f"?{where}&order={order}&ties={ties}&nocache=1"
@@ -89,24 +115,36 @@ def _answers(node: NodeRunner, kind: str, board: str, now: int) -> dict[str, Any
             paths += [f"/rank{q}&score={s}" for s in (-2, 0, 300)]
     out: dict[str, Any] = {}
     for path in paths:
-        status, body = node.get(f"/v1/boards/{kind}:{board}{path}")
+        status, body = node.get(f"/v1/boards/{board}{path}")
         for field in ("board", "seq"):
             body.pop(field, None)
         out[path] = (status, body.pop("source", None), body)
     return out
 
 
-def _assert_same(settings: Settings) -> None:
-    """Each `mv` board answers as its `ref` board: `a` from memory (hot), `b` from Redis."""
+def _assert_same(settings: Settings, client: Store) -> None:
+    """Each moved board answers as its `ref` board: `a` from memory (hot), `b` from Redis; and
+    from memory with the seq Redis holds, the sum of its shards' now."""
+    shards = load_boards(settings.boards).types["mv"].shards
+    boards = load_boards(settings.boards)
+    for kind, board in itertools.product(MOVED, BOARDS):  # Redis first: the same states
+        _assert_same_states(client, settings, boards, kind, board, shards=shards)
     with NodeRunner(settings) as node:
         wait_for(lambda: node.get("/readyz")[0] == 200, 60, "the node ready (every hot shard replayed)")
         now = now_ms()
-        for board, source in (("a", "memory"), ("b", "redis")):
-            ref, moved = _answers(node, "ref", board, now), _answers(node, "mv", board, now)
-            assert moved == ref, board
-            assert {s for status, s, _ in moved.values() if status == 200} == {source}
-            for where in (q.format(now=now) for q in QUERIES):  # every window holds members
-                assert ref[f"/top?{where}&order=desc&ties=ordinal&nocache=1&offset=0&limit=10"][2]["items"]
+        for kind in MOVED:
+            for board, source in (("a", "memory"), ("b", "redis")):
+                ref, moved = (
+                    _answers(node, f"{k}:{board}", QUERIES[kind], now) for k in (f"ref{kind[2:]}", kind)
+                )
+                assert moved == ref, (kind, board)
+                assert {s for status, s, _ in moved.values() if status == 200} == {source}
+                for where in (q.format(now=now) for q in QUERIES[kind]):  # every window holds members
+                    assert ref[f"/top?{where}&order=desc&ties=ordinal&nocache=1&offset=0&limit=10"][2][
+                        "items"
+                    ]
+            held = _seq(client, settings, f"{kind}:a", shards)
+            assert node.get(f"/v1/boards/{kind}:a/top?limit=1")[1]["seq"] == held, kind
 
 
 def _cache_records(settings: Settings) -> dict[bytes, bytes | None]:
@@ -150,7 +188,7 @@ def test_a_moved_board_answers_as_the_board_never_moved(make_settings, tmp_path,
     ensure_topics(one)
     sent = _produce(one, seed=1, count=150)
     with running_worker(one):
-        wait_for(lambda: committed_total(one) >= sent, 120, "the events applied")
+        wait_for(lambda: _committed(one) >= sent, 120, "the events applied")
         with pytest.raises(ConfigError, match="has running members: stop the workers first"):
             reshard_board(one, "mv", 3)
     # a fence ahead of the group's commit (a worker stopped between applying and committing)
@@ -177,12 +215,16 @@ def test_a_moved_board_answers_as_the_board_never_moved(make_settings, tmp_path,
     stray = BoardKeys(one.key_prefix, shard_names("mv:a", 4)[1])
     rclient.set(stray.seq, 7)
     rclient.hset(stray.meta, "m1", "{}")
-    lines = reshard_board(one, "mv", 3)
-    assert lines[0] == "  dropped the keys of 1 shards of an earlier layout"
-    assert lines[1].startswith("mv: 2 boards moved from shards: 1 to shards: 3"), lines
-    assert not rclient.exists(stray.seq, stray.meta)
+    with pytest.raises(ConfigError, match=r"types\.mv: Redis records no shard count .* shards: 1, 4"):
+        reshard_board(one, "mv", 3)  # unless Redis says which count the move was from
+    rclient.hset(shard_moves(one.key_prefix), "mv", "1 4")
+    lines = _move(one, 3)
+    assert lines["mv"][0] == "  dropped the keys of 1 shards of an earlier layout"
+    assert lines["mv"][1].startswith("mv: 2 boards moved from shards: 1 to shards: 3"), lines
+    assert lines["mvp"][0].startswith("mvp: 2 boards moved from shards: 1 to shards: 3"), lines
+    assert not rclient.exists(stray.seq, stray.meta, shard_moves(one.key_prefix))
     three = make_settings(boards=_config(tmp_path, 3))
-    assert shardcount.recorded(rclient, one.key_prefix) == {"mv": 3}
+    assert shardcount.recorded(rclient, one.key_prefix) == {"mv": 3, "mvp": 3}
     assert _keys_of(rclient, one, "mv:a") == []  # the old layout dropped
     assert _seq(rclient, one, "mv:a", 3) > seq_before  # an answer's seq never goes back
     after = _cache_records(one)
@@ -191,28 +233,69 @@ def test_a_moved_board_answers_as_the_board_never_moved(make_settings, tmp_path,
         shardcount.check(rclient, one.key_prefix, load_boards(one.boards), "boards.yaml")
     # the events applied before the move, sent again (a producer's retries), count once
     sent += _produce(three, seed=1, count=150)
-    sent += _produce(three, seed=2, count=60, again=20)
+    sent += _produce(three, seed=2, count=60, again=20, reset_at=30)
     _run_until_applied(three, sent)
-    _assert_same(three)
+    _assert_same(three, rclient)
 
     # 3 -> 2 keeping the old layout for API nodes on the old config; run again, it is dropped
-    lines = reshard_board(three, "mv", 2, keep_old=True)
-    assert any("the old layout is kept" in line for line in lines), lines
+    lines = _move(three, 2, keep_old=True)
+    assert all(any("the old layout is kept" in line for line in got) for got in lines.values()), lines
     assert all(_keys_of(rclient, one, n) for n in shard_names("mv:a", 3))
     two = make_settings(boards=_config(tmp_path, 2))
-    sent += _produce(two, seed=3, count=60, again=10)
+    sent += _produce(two, seed=3, count=60, again=10, reset_at=5)
     _run_until_applied(two, sent)
-    _assert_same(two)
-    lines = reshard_board(two, "mv", 2)
-    assert lines == [
-        "  dropped the keys of 6 shards of an earlier layout",
-        "mv: its boards already have shards: 2; nothing to move",
-    ]
+    _assert_same(two, rclient)
+    assert _move(two, 2) == {
+        kind: [
+            "  dropped the keys of 6 shards of the old layout",
+            f"{kind}: its boards already have shards: 2; nothing to move",
+        ]
+        for kind in MOVED
+    }
     assert not any(_keys_of(rclient, one, n) for n in shard_names("mv:a", 3))
-    _assert_same(two)
+    _assert_same(two, rclient)
 
     # 2 -> 1: back to one slot
-    reshard_board(two, "mv", 1)
+    _move(two, 1)
     sent += _produce(one, seed=4, count=40, again=10)
     _run_until_applied(one, sent)
-    _assert_same(one)
+    _assert_same(one, rclient)
+
+
+def _move(settings: Settings, shards: int, *, keep_old: bool = False) -> dict[str, list[str]]:
+    """Each moved type to `shards`; then each moved board holds, over its shards, exactly what
+    its `ref` board holds: every member's state in every window instance and rolling bucket."""
+    lines = {kind: reshard_board(settings, kind, shards, keep_old=keep_old) for kind in MOVED}
+    boards = load_boards(settings.boards)
+    for kind, board in itertools.product(MOVED, BOARDS):
+        _assert_same_states(redis_client(settings), settings, boards, kind, board, shards=shards)
+    return lines
+
+
+def _assert_same_states(
+    client: Store, settings: Settings, boards: BoardsConfig, kind: str, board: str, *, shards: int
+) -> None:
+    ref_name = f"ref{kind[2:]}:{board}"
+    ref = _held_states(client, settings, boards, ref_name, (ref_name,))
+    moved = _held_states(client, settings, boards, f"{kind}:{board}", shard_names(f"{kind}:{board}", shards))
+    assert moved == ref, (kind, board, {k: (v, ref.get(k)) for k, v in moved.items() if v != ref.get(k)})
+
+
+def _held_states(
+    client: Store, settings: Settings, boards: BoardsConfig, board: str, names: tuple[str, ...]
+) -> dict[str, dict[str, Any]]:
+    """instance or bucket -> member -> its state, over the names in Redis (a board's shards)."""
+    board_type = boards.types[board.split(":", maxsplit=1)[0]]
+    out: dict[str, dict[str, Any]] = {}
+    for name in names:
+        keys = BoardKeys(settings.key_prefix, name)
+        for raw in client.scan_iter(match=f"{keys.tag}:*", count=1000):
+            kind, _, rest = text(raw)[len(keys.tag) + 1 :].partition(":")
+            if kind == "b":
+                out.setdefault(f"b:{rest}", {}).update({text(k): v for k, v in client.hgetall(raw).items()})
+            elif kind in ("z", "p"):
+                window = board_type.window(rest.split(":")[0])
+                packing = instance_packing(boards, board_type, window, rest)
+                for page in state_pages(client, keys, rest, packing, tie_mode(board_type)):
+                    out.setdefault(rest, {}).update({row.member: row.state for row in page})
+    return out
