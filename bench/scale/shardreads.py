@@ -46,6 +46,8 @@ ROWS = (
     "sharded_vs_unsharded_top10_p99",
     "sharded_vs_unsharded_rank_p99",
     "unsharded_top10_max_rps",
+    "sharded_vs_unsharded_api_cpu_top10",
+    "sharded_vs_unsharded_api_cpu_rank",
 )
 ROUNDS = 2
 WRK_S = 8
@@ -93,6 +95,7 @@ def run(
         say(f"sharded reads: unsharded top-10 max {top_max:,.0f} req/s; reading at {read_rate:,.0f}/s "
             f"while {ingest_rate:,.0f} events/s stream into the board read")  # fmt: skip
         runs: dict[str, list[float]] = {}
+        api_us: dict[str, list[float]] = {}
         for round_no in range(ROUNDS):
             for name, board in BOARDS.items():
                 with paced(
@@ -104,6 +107,10 @@ def run(
                     for read in ("top10", "rank"):
                         got = constant_rate(f"{base}/", read_rate, pids, requests_file=files[name][read])
                         runs.setdefault(f"{name}_{read}", []).append(float(got["p99_ms"]))
+                        # the API node's CPU per read, ingest's share in it (the change feed)
+                        api_us.setdefault(f"{name}_{read}", []).append(
+                            round(float(got["cpu_pct"]["api"]) / 100 / read_rate * 1e6, 1)
+                        )
                         p50, p99 = got["p50_ms"], got["p99_ms"]
                         say(f"round {round_no + 1}: {name} {read}: p50 {p50} ms, p99 {p99} ms")
     finally:
@@ -121,6 +128,14 @@ def run(
         "sharded_vs_unsharded_top10_p99": ratio(best["sharded_top10"], best["unsharded_top10"]),
         "sharded_vs_unsharded_rank_p99": ratio(best["sharded_rank"], best["unsharded_rank"]),
         "sharded_reads_runs_p99_ms": runs,
+        # where the rest goes: a sharded read's API CPU against an unsharded one's, per round
+        "sharded_reads_api_us_per_read": api_us,
+        "sharded_vs_unsharded_api_cpu_top10": ratio(
+            min(api_us["sharded_top10"]), min(api_us["unsharded_top10"])
+        ),
+        "sharded_vs_unsharded_api_cpu_rank": ratio(
+            min(api_us["sharded_rank"]), min(api_us["unsharded_rank"])
+        ),
     }
 
 
