@@ -23,6 +23,7 @@ from pathlib import Path
 import orjson
 
 from bench.common import BenchError, Result, say
+from bench.harness.cpu import cpu_us_per_unit
 from bench.harness.http1 import Request, write_requests
 from bench.harness.kafka import paced, produce
 from bench.harness.nodes import start_api, start_worker
@@ -96,6 +97,7 @@ def run(
             f"while {ingest_rate:,.0f} events/s stream into the board read")  # fmt: skip
         runs: dict[str, list[float]] = {}
         api_us: dict[str, list[float]] = {}
+        where: dict[str, list[Result]] = {}
         for round_no in range(ROUNDS):
             for name, board in BOARDS.items():
                 with paced(
@@ -107,10 +109,18 @@ def run(
                     for read in ("top10", "rank"):
                         got = constant_rate(f"{base}/", read_rate, pids, requests_file=files[name][read])
                         runs.setdefault(f"{name}_{read}", []).append(float(got["p99_ms"]))
-                        # the API node's CPU per read, ingest's share in it (the change feed)
-                        api_us.setdefault(f"{name}_{read}", []).append(
-                            round(float(got["cpu_pct"]["api"]) / 100 / read_rate * 1e6, 1)
-                        )
+                        # where a read's CPU goes (ingest's share in it): the API node, the Redis
+                        # masters together, and how busy the box was
+                        per_read = cpu_us_per_unit(got["cpu_pct"], read_rate)
+                        api_us.setdefault(f"{name}_{read}", []).append(per_read["api"])
+                        masters = sum(v for k, v in per_read.items() if k.startswith("redis_master"))
+                        where.setdefault(f"{name}_{read}", []).append({
+                            "api_us": per_read["api"],
+                            "redis_masters_us": round(masters, 1),
+                            "worker_us": per_read["worker"],
+                            "box_busy_pct": got["cpu_pct"].get("machine"),
+                            "p50_ms": got["p50_ms"],
+                        })  # fmt: skip
                         p50, p99 = got["p50_ms"], got["p99_ms"]
                         say(f"round {round_no + 1}: {name} {read}: p50 {p50} ms, p99 {p99} ms")
     finally:
@@ -130,6 +140,7 @@ def run(
         "sharded_reads_runs_p99_ms": runs,
         # where the rest goes: a sharded read's API CPU against an unsharded one's, per round
         "sharded_reads_api_us_per_read": api_us,
+        "sharded_reads_cpu_per_read": where,
         "sharded_vs_unsharded_api_cpu_top10": ratio(
             min(api_us["sharded_top10"]), min(api_us["unsharded_top10"])
         ),
