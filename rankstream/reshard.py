@@ -170,6 +170,7 @@ def names_of_type(
     board of the type: one SCAN of every master. A name counts once it has a seq (every board
     written has one, and a move writes its new shards' first); a shard's name, by its mark, also
     without (one that took no event may hold a sealed period's marker)."""
+    type_of = boards.types[type_name]
     keys: dict[str, list[str]] = defaultdict(list)
     for node in masters(client):
         for raw in node.scan_iter(match=f"{literal_glob(prefix)}{{*}}:*", count=SCAN_COUNT):
@@ -182,7 +183,7 @@ def names_of_type(
         parts = split_board(board_of(name))
         if parts is None or (SHARD_MARK not in name and f"{prefix}{{{name}}}:seq" not in found):
             continue
-        if (parts[0] if parts[0] in boards.types else "default") == type_name:
+        if boards.type_for(parts[0]) is type_of:
             out[board_of(name)][name] = found
     return out
 

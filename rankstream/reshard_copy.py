@@ -99,7 +99,7 @@ def copy_board(
         _copy_hash_split(
             client, [k.bucket(bucket) for k in olds.values()], partial(_bucket_of, member_shard, bucket)
         )
-    _copy_instances(ctx, board, olds=olds, parts=parts, epoch=epoch, member_shard=member_shard, out=out)
+    _copy_instances(ctx, olds=olds, parts=parts, epoch=epoch, member_shard=member_shard, out=out)
     ids = _ids(ctx, parts)
     out.ids = len(ids)
     restore_ids = [ApplyEvent(RESTORE, "", 0.0, at, "", 0, 0, 0, fp) for fp, at in ids]
@@ -118,7 +118,6 @@ def _bucket_of(member_shard: Callable[[str], BoardKeys], bucket: str, member: st
 
 def _copy_instances(
     ctx: Context,
-    board: str,
     *,
     olds: Mapping[str, BoardKeys],
     parts: Mapping[str, Sequence[str]],

@@ -208,6 +208,14 @@ def committed_total(settings: Settings) -> int:
     return sum(max(offset, 0) for offset in committed_offsets(settings).values())
 
 
+def committed_so_far(settings: Settings) -> int:
+    """committed_total, 0 while the group's coordinator is still moving (a condition to wait on)."""
+    try:
+        return committed_total(settings)
+    except KafkaException:
+        return 0
+
+
 def group_offsets(settings: Settings) -> tuple[int, int]:
     """(offsets the worker group committed, offsets produced) over the updates topic's partitions."""
     with _group_reader(settings) as (reader, parts):

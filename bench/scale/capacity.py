@@ -20,17 +20,15 @@ import random
 import threading
 import time
 import zlib
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import fields
 from pathlib import Path
 from typing import NamedTuple
 
-import orjson
-
 from bench.common import BenchError, Result, say
 from bench.harness.cpu import CpuMeter
 from bench.harness.http1 import Request, write_requests
-from bench.harness.kafka import Message, paced, produce
+from bench.harness.kafka import paced, produce
 from bench.harness.nodes import assigned_partitions, start_api, start_worker
 from bench.harness.probes import wait_ready
 from bench.harness.processes import Child, Children
@@ -226,7 +224,7 @@ def _calibrate(
     worker_curve, redis_curve = [], []
     for share in CAL_SHARES:
         per_s = share * rate
-        with paced(settings.kafka_bootstrap, settings.topic_updates, per_s, _stream("cap", half)):
+        with paced(settings.kafka_bootstrap, settings.topic_updates, per_s, live_stream("cap", boards=half)):
             time.sleep(2)
             writing = _stretch(target, pids, CAL_S)
         _wait_quiet(target, master_idle)  # what the worker still had to apply is not a read's
@@ -284,21 +282,6 @@ def _half_the_partitions(boards: int) -> list[str]:
     check's does."""
     names = [f"gift:room{i}" for i in range(boards)]
     return [b for b in names if zlib.crc32(b.encode()) % PARTITIONS < PARTITIONS // 2]
-
-
-def _stream(name: str, boards: list[str]) -> Callable[[int], list[Message]]:
-    """live_stream over these boards only."""
-    make = live_stream(name, boards=len(boards))
-
-    def over(n: int) -> list[Message]:
-        out = []
-        for _, value in make(n):
-            event = orjson.loads(value)
-            event["board"] = boards[int(event["board"].rsplit("room", 1)[1])]
-            out.append((event["board"].encode(), orjson.dumps(event)))
-        return out
-
-    return over
 
 
 def _wait_quiet(target: RedisTarget, idle: float, timeout: float = 60) -> None:

@@ -27,14 +27,25 @@ BOARDS_YAML = f"timezone: UTC\ntypes:\n  gift: {{windows: [{', '.join(WINDOWS)}]
 ARRAY_SIZE = 100
 
 
-def make_events(n: int, id_prefix: str, rng: random.Random, boards: int = BOARDS) -> list[dict[str, Any]]:
-    """n update events over `boards` boards (uniform) and MEMBERS members (Zipf)."""
+def make_events(
+    n: int, id_prefix: str, rng: random.Random, boards: int | Sequence[str] = BOARDS
+) -> list[dict[str, Any]]:
+    """n update events over `boards` boards (uniform: `gift:room<i>`, or these names) and
+    MEMBERS members (Zipf)."""
     members = rng.choices(range(MEMBERS), cum_weights=zipf_cum_weights(MEMBERS, ZIPF_S), k=n)
     now_ms = int(time.time() * 1000)
+    names = None if isinstance(boards, int) else list(boards)
+
+    def board() -> str:
+        if names is None:
+            assert isinstance(boards, int)
+            return f"gift:room{rng.randrange(boards)}"
+        return names[rng.randrange(len(names))]
+
     return [
         {
             "id": f"{id_prefix}-{i}",
-            "board": f"gift:room{rng.randrange(boards)}",
+            "board": board(),
             "member": f"u{member}",
             "score": rng.randint(1, 100),
             "ts": now_ms - rng.randrange(5000),
@@ -72,10 +83,10 @@ def fresh_topic(
 
 
 def live_stream(
-    name: str, *, boards: int = BOARDS, board: str | None = None
+    name: str, *, boards: int | Sequence[str] = BOARDS, board: str | None = None
 ) -> Callable[[int], list[Message]]:
-    """n fresh events at a time (each counts: an id of its own), over `boards` boards or all on
-    `board`: what a paced producer sends (bench/harness/kafka.py paced)."""
+    """n fresh events at a time (each counts: an id of its own), over `boards` boards (a number,
+    or their names) or all on `board`: what a paced producer sends (bench/harness/kafka.py paced)."""
     rng = random.Random(name)
 
     def make(n: int) -> list[Message]:

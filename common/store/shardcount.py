@@ -64,12 +64,11 @@ def check(client: Store, prefix: str, boards: BoardsConfig, source: str) -> None
             parts = split_board(board_of(name))
             if parts is None:
                 continue
-            # a board whose type is not configured is of `default`
-            type_name = parts[0] if parts[0] in boards.types else "default"
-            if type_name in unrecorded:
+            of = boards.type_for(parts[0])  # a type not configured: `default`
+            if of is not None and of.name in unrecorded:
                 held = count_of(name)
-                if held != boards.types[type_name].shards:
-                    raise _changed(source, type_name, held, boards.types[type_name].shards)
+                if held != of.shards:
+                    raise _changed(source, of.name, held, of.shards)
 
 
 def _changed(source: str, name: str, held: int, configured: int) -> ConfigError:

@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
 from common.boards import BoardsConfig, load_boards
 from common.clients import redis_client
@@ -28,7 +28,7 @@ from common.store.shards import shard_names
 from common.store.topology import Store
 from rankstream.reshard import reshard_board
 from rankstream.topics import ensure_topics
-from tests.helpers import BOTH_TOPOLOGIES, committed_total, running_worker, wait_for
+from tests.helpers import BOTH_TOPOLOGIES, committed_so_far, running_worker, wait_for
 from tests.integration.test_hot_boards import NodeRunner
 from tests.oracle import now_ms
 from worker.backfill import instance_packing
@@ -87,17 +87,9 @@ def _produce(settings: Settings, seed: int, count: int, *, again: int = 0, reset
     return sent
 
 
-def _committed(settings: Settings) -> int:
-    """Messages the worker group committed (0 while the group's coordinator is still moving)."""
-    try:
-        return committed_total(settings)
-    except KafkaException:
-        return 0
-
-
 def _run_until_applied(settings: Settings, sent: int) -> None:
     with running_worker(settings):
-        wait_for(lambda: _committed(settings) >= sent, 120, "the events applied")
+        wait_for(lambda: committed_so_far(settings) >= sent, 120, "the events applied")
 
 
 def _answers(node: NodeRunner, board: str, queries: tuple[str, ...], now: int) -> dict[str, Any]:
@@ -188,7 +180,7 @@ def test_a_moved_board_answers_as_the_board_never_moved(make_settings, tmp_path,
     ensure_topics(one)
     sent = _produce(one, seed=1, count=150)
     with running_worker(one):
-        wait_for(lambda: _committed(one) >= sent, 120, "the events applied")
+        wait_for(lambda: committed_so_far(one) >= sent, 120, "the events applied")
         with pytest.raises(ConfigError, match="has running members: stop the workers first"):
             reshard_board(one, "mv", 3)
     # a fence ahead of the group's commit (a worker stopped between applying and committing)

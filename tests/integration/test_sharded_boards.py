@@ -19,7 +19,7 @@ from typing import Any, NamedTuple, cast
 import orjson
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import Producer
 from hypothesis import HealthCheck, Phase, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
@@ -37,7 +37,7 @@ from common.store.keys import BoardKeys, shard_counts
 from common.store.shards import shard_index, shard_names, shard_of
 from common.store.topology import Store
 from rankstream.topics import ensure_topics
-from tests.helpers import BOTH_TOPOLOGIES, committed_total, running_worker, wait_for
+from tests.helpers import BOTH_TOPOLOGIES, committed_so_far, running_worker, wait_for
 from tests.integration.test_hot_boards import NodeRunner
 from tests.integration.test_period_results_emitter import (
     DUE,
@@ -314,14 +314,6 @@ def _produce_stream(settings: Settings, boards: BoardsConfig, seed: int, count: 
     return sent
 
 
-def _committed(settings: Settings) -> int:
-    """Messages the worker group committed (0 while the group's coordinator is still moving)."""
-    try:
-        return committed_total(settings)
-    except KafkaException:
-        return 0
-
-
 def _answers(node: Any, board: str, at: int) -> dict[str, Any]:
     """Every question of `_compare` to one board, its answers (status, body without board and source)."""
     paths = []
@@ -353,10 +345,10 @@ def test_a_hot_sharded_board_replays_as_one_board_and_answers_as_redis(make_sett
     boards = load_boards(hot.boards)
     sent = _produce_stream(cold, boards, seed=1, count=300)
     with running_worker(cold):
-        wait_for(lambda: _committed(cold) >= sent, 120, "the cold part applied")
+        wait_for(lambda: committed_so_far(cold) >= sent, 120, "the cold part applied")
     sent += _produce_stream(hot, boards, seed=2, count=300)
     with running_worker(hot), NodeRunner(hot) as memory, NodeRunner(cold) as redis_node:
-        wait_for(lambda: _committed(hot) >= sent, 120, "the hot part applied")
+        wait_for(lambda: committed_so_far(hot) >= sent, 120, "the hot part applied")
         wait_for(lambda: memory.get("/readyz")[0] == 200, 60, "the node ready")
         targets = memory.call(lambda app: dict(app[APP_STATE].hot.boards["split:h"].targets))
         assert sorted(targets) == sorted(shard_names("split:h", 3))  # readiness waited for each shard
