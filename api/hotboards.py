@@ -23,7 +23,16 @@ from confluent_kafka import Consumer, TopicPartition
 from api.hotmeta import HotMeta
 from api.hotwindow import HotWindow
 from common.boards import BoardsConfig, Order
-from common.cache_records import Kind, Record, decode, deleted_key, partition_for
+from common.cache_records import (
+    STATE_V2,
+    V2_SEQ,
+    V2_STATE,
+    Kind,
+    Record,
+    decode,
+    deleted_key,
+    partition_for,
+)
 from common.clients import kafka_consumer, redis_client
 from common.clock import Clock, system_ms
 from common.errors import InfrastructureError
@@ -47,7 +56,7 @@ class HotBoard:
     mode: Any
     shards: int = 1  # a sharded board: its records come from each shard, with that shard's seqs
     instances: dict[str, HotWindow] = field(default_factory=dict)
-    meta: HotMeta = field(default_factory=HotMeta)
+    meta: HotMeta = field(init=False)
     # per name in Redis (the board's own, or each shard's): the newest seq memory reflects
     # (records and markers), the newest marker (every change up to it is in memory), and
     # Redis' seq when replay started
@@ -60,14 +69,49 @@ class HotBoard:
     # its names in Redis: records of another shard count's (left from before `rankstream
     # reshard-board`, until compaction drops them) are not this board's
     names: frozenset[str] = field(init=False)
+    # while replaying: window by its instance as a record key spells it, and per name the newest
+    # seq staged (big-endian bytes) (`stage`: a format-2 state's fast path)
+    _staging: dict[bytes, HotWindow] = field(init=False, default_factory=dict)
+    _staged_seqs: dict[bytes, bytes] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         self.names = frozenset(shard_names(self.board, self.shards))
+        self.meta = HotMeta(self.shards)
 
     @property
     def seq(self) -> int:
         """The board's seq memory reflects: a sharded board's is the sum of its shards'."""
+        if self._staged_seqs:
+            self._fold_staged_seqs()
         return sum(self.seqs.values())
+
+    def _fold_staged_seqs(self) -> None:
+        for name, seq in self._staged_seqs.items():
+            self.seqs[name.decode()] = max(self.seqs.get(name.decode(), 0), int.from_bytes(seq))
+        self._staged_seqs.clear()
+
+    def stage(self, name: bytes, instance: bytes, member: bytes, state: bytes) -> None:
+        """While replaying: a format-2 state record (split key and value), the bulk of a replay,
+        without decoding it (`apply` takes every other record)."""
+        self.replayed += 1
+        window = self._staging.get(instance)
+        if window is None:
+            window = self._staging[instance] = self.window(instance.decode())
+        seq = state[V2_SEQ]
+        if seq > self._staged_seqs.get(name, b""):
+            self._staged_seqs[name] = seq
+        if window.loading:
+            window.stage(member, state)
+        else:  # a window built while the board loads: rare (a sweep dropped an instance)
+            _, at, score, tie = V2_STATE.unpack(state)
+            window.put(member.decode(), score, tie, at)
+
+    def finish_loading(self) -> None:
+        self._fold_staged_seqs()
+        self._staging.clear()
+        for window in self.instances.values():
+            window.finish_loading()
+        self.ready = True
 
     @property
     def marker(self) -> int:
@@ -101,29 +145,44 @@ class HotBoard:
             self._gone(record)
             return
         self.seqs[name] = max(self.seqs.get(name, 0), record.seq)
-        if record.kind is Kind.MARKER:
-            self.markers[name] = max(self.markers.get(name, -1), record.seq)
+        if not record.instance:  # a marker, a member's meta or a whole reset of the meta
+            self._board_level(record)
             return
         window = self.window(record.instance)
         if record.kind is Kind.RESET:
             if window.reset(record.seq, index_of(name)):
                 self.version += 1
-                self._drop_orphan_meta()
+                if record.version == 1:
+                    self._drop_orphan_meta()
             return
         if record.kind is Kind.DELETED:
             changed = window.delete(record.member, record.seq)
         else:
             changed = window.put(record.member, record.score, record.tie_ms, record.seq)
-        if changed:  # every member record carries the board's meta of the member (Redis' own)
+        if changed:
             self.version += 1
-            if record.meta or record.member in self.meta:  # most records: no meta, none kept
+            # a format-1 member record carries the board's meta of the member (Redis' own)
+            if record.version == 1 and (record.meta or record.member in self.meta):
                 self.meta.take(record.member, record.seq, record.meta, self._newer)
+
+    def _board_level(self, record: Record) -> None:
+        name = record.board
+        if record.kind is Kind.MARKER:
+            self.markers[name] = max(self.markers.get(name, -1), record.seq)
+        elif record.kind is Kind.META:
+            if self.meta.claim(record.member, record.seq, record.meta):
+                self.version += 1
+        elif self.meta.reset(record.seq, index_of(name)):  # a reset without an instance
+            self.version += 1
 
     def _gone(self, record: Record) -> None:
         """What a deleted key held is void: a marker's, or a member's state or delete (its key's
         records come before the deletion, the new layout's after)."""
         if not record.instance:
-            self.markers.pop(record.board, None)
+            if not record.member:
+                self.markers.pop(record.board, None)
+            elif self.meta.forget(record.member):
+                self.version += 1
             return
         window = self.instances.get(record.instance)
         if record.member and window is not None and window.forget(record.member):
@@ -160,6 +219,8 @@ class HotBoards:
             assert board_type is not None  # the config loader checked it
             desc, mode = board_type.order is Order.DESC, tie_mode(board_type)
             self.boards[hot.board] = HotBoard(hot.board, hot.windows, desc, mode, board_type.shards)
+        # every name in Redis of a hot board (each shard's), as record keys spell it
+        self._staging = {name.encode(): hot for hot in self.boards.values() for name in hot.names}
         self.ready = not self.boards
         self.reached_ends = False
         self.started = time.monotonic()
@@ -265,14 +326,28 @@ class HotBoards:
             consumer.close()
 
     def _decode(self, messages: list[Any]) -> list[Record]:
-        return [
+        records = [
             deleted_key(m.key()) if m.value() is None else decode(m.key(), m.value())
             for m in messages
             if m.error() is None
         ]
+        return [record for record in records if record is not None]
 
     def _apply_batch(self, messages: list[Any]) -> None:
-        for record in self._decode(messages):
+        """Replay: format-2 states go to their board undecoded (`HotBoard.stage`), the rest as
+        records."""
+        staging = self._staging
+        rest = []
+        for message in messages:
+            value = message.value()
+            if value is not None and value[0] == STATE_V2 and message.error() is None:
+                name, instance, member = message.key().split(b"\0")
+                hot = staging.get(name)
+                if hot is not None:
+                    hot.stage(name, instance, member, value)
+            else:
+                rest.append(message)
+        for record in self._decode(rest):
             hot = self.boards.get(board_of(record.board))
             if hot is not None:
                 hot.apply(record)
@@ -286,9 +361,7 @@ class HotBoards:
     def _finish(self) -> None:
         for hot in self.boards.values():
             self._drop_expired(hot)
-            for window in hot.instances.values():
-                window.finish_loading()
-            hot.ready = True
+            hot.finish_loading()
         self.ready_after_s = time.monotonic() - self.started
         self.ready = True
         members = sum(len(w) for hot in self.boards.values() for w in hot.instances.values())

@@ -1,21 +1,21 @@
 """The members' meta of one hot board in memory: the newest record's, in whatever order they come.
 
-A member's meta is the board's (one per member, not per window), and every update_cache record
-of the member carries it as Redis held it after the record's seq. Records of different window
-instances arrive out of seq order (one batch publishes a member's day:A and day:B records in
-whichever order the member first touched them; a replay meets compacted records by offset), so
+A member's meta is the board's (one per member, not per window). Records arrive out of seq order
+(a replay meets compacted records by offset; a backfill's records interleave with live ones), so
 memory keeps the seq each meta came with and only a newer record replaces it.
 
 Each value is one bytes object: the seq (8 bytes, big-endian) then the meta JSON; members
-without meta take no room. A record without meta newer than the kept one drops it (a delete op or
-an erase dropped it in Redis); an older record with meta cannot bring it back then, because the
-window the newer record went to holds the member's state or delete at that newer seq.
+without meta take no room.
 
-Known limit: a reset removes that evidence. If resets of `total` and of the window instance a
-member's newer records went to void them, and the member's meta is forgotten with its windows, an
-older record of another, un-reset instance arriving after them (a backfill's, labelled with the
-seq it started at) brings back the older meta. The cure is a record of its own for a member's
-meta on update_cache (keyed per member, compacted, with its seq), not tied to window records.
+Format 2 (common/cache_records.py) publishes a member's meta in a record of its own (`claim`):
+the newest wins; a dropped meta is remembered with its seq, so an older record cannot bring it
+back; a whole-board reset (`reset`) voids every meta up to its seq, whenever records arrive.
+
+Format 1 carries the meta inside every window record (`take`): a record without meta newer than
+the kept one drops it; an older record with meta cannot bring it back then, because the window
+the newer record went to holds the member's state or delete at that newer seq. Known limit of
+format 1 only: a reset removes that evidence (a later record of another, un-reset instance older
+than the resets could bring back an older meta); format 2's own meta records close it.
 """
 
 from __future__ import annotations
@@ -23,15 +23,20 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable, Iterator
 
+from common.store.shards import shard_index
+
 _SEQ = struct.Struct(">Q")
 _HEAD = _SEQ.size
 
 
 class HotMeta:
-    __slots__ = ("_held",)
+    __slots__ = ("_dropped", "_floor", "_held", "_shards")
 
-    def __init__(self) -> None:
+    def __init__(self, shards: int = 1) -> None:
         self._held: dict[str, bytes] = {}
+        self._dropped: dict[str, int] = {}  # member -> the seq its meta was dropped at
+        self._shards = shards
+        self._floor = [-1] * shards  # per shard: the seq of the board's latest meta reset
 
     def get(self, member: str) -> bytes | None:
         held = self._held.get(member)
@@ -40,28 +45,73 @@ class HotMeta:
     def __contains__(self, member: object) -> bool:
         return member in self._held
 
+    def _known(self, member: str) -> int | None:
+        """The seq of what memory knows of the member's meta (held or dropped); None: nothing."""
+        held = self._held.get(member)
+        if held is not None:
+            seq: int = _SEQ.unpack_from(held)[0]
+            return seq
+        return self._dropped.get(member)
+
+    def _set(self, member: str, seq: int, meta: bytes | None) -> None:
+        if meta:
+            self._held[member] = _SEQ.pack(seq) + meta
+            self._dropped.pop(member, None)
+        else:
+            self._held.pop(member, None)
+            self._dropped[member] = seq
+
+    def _void(self, member: str, seq: int) -> bool:
+        """Whether a reset of the member's shard at or after `seq` voids a record at `seq`."""
+        return seq <= self._floor[shard_index(member, self._shards)]
+
+    def claim(self, member: str, seq: int, meta: bytes | None) -> bool:
+        """A format-2 meta record: the member's meta from `seq` on (None: none). True if applied."""
+        known = self._known(member)
+        if (known is not None and known > seq) or self._void(member, seq):
+            return False
+        self._set(member, seq, meta)
+        return True
+
     def take(
         self, member: str, seq: int, meta: bytes | None, newer_elsewhere: Callable[[str, int], bool]
     ) -> None:
-        """A record of `member` at `seq` carrying `meta` was applied to one of its windows.
+        """A format-1 record of `member` at `seq` carrying `meta` was applied to one of its windows.
 
         `newer_elsewhere(member, seq)` says whether a window holds a newer state or delete of the
-        member: asked only when memory keeps no meta for it, it stops an older record re-adding
-        meta a newer one lacked."""
-        held = self._held.get(member)
-        if held is not None:
-            if _SEQ.unpack_from(held)[0] > seq:
+        member: asked only when memory knows nothing of its meta, it stops an older record
+        re-adding meta a newer one lacked."""
+        known = self._known(member)
+        if known is not None:
+            if known > seq:
                 return  # a newer record's meta is known
         elif not meta or newer_elsewhere(member, seq):
             return
-        if meta:
-            self._held[member] = _SEQ.pack(seq) + meta
-        else:
-            del self._held[member]
+        if not self._void(member, seq):
+            self._set(member, seq, meta)
+
+    def reset(self, seq: int, shard: int = 0) -> bool:
+        """The board's meta (a sharded board's: that shard's) was dropped at `seq`: what memory
+        knows up to it goes, and records up to it that arrive later are void. True if it changed
+        anything."""
+        if seq <= self._floor[shard]:
+            return False
+        self._floor[shard] = seq
+
+        def kept(member: str, at: int) -> bool:
+            return at > seq or (self._shards > 1 and shard_index(member, self._shards) != shard)
+
+        self._held = {m: held for m, held in self._held.items() if kept(m, _SEQ.unpack_from(held)[0])}
+        self._dropped = {m: at for m, at in self._dropped.items() if kept(m, at)}
+        return True
+
+    def forget(self, member: str) -> bool:
+        """Drop whatever is known of the member's meta (its record's key was deleted)."""
+        return self._held.pop(member, None) is not None or self._dropped.pop(member, None) is not None
 
     def keep_only(self, present: Callable[[str], bool]) -> None:
-        """Forget the members no window holds any more (after a reset): reads never show them,
-        and one that comes back brings its meta along in its state record."""
+        """Forget the members no window holds any more (after a format-1 reset): reads never
+        show them, and one that comes back brings its meta along in its state record."""
         self._held = {m: held for m, held in self._held.items() if present(m)}
 
     def __len__(self) -> int:

@@ -51,12 +51,19 @@ def reader_for(request: web.Request, where: Target) -> BoardReader:
 
 
 def warm(handler: Handler) -> Handler:
-    """A GET route whose answers of non-hot boards the warm cache keeps (api/warm.py): an
-    answer kept for this very request (path and query) is served as it is."""
+    """A GET route whose answers are kept: a hot board's from memory while its version stands
+    (`answer`), any other board's by the warm cache (api/warm.py). An answer kept for this very
+    request (path and query) is served as it is, before any parameter is parsed."""
 
     @functools.wraps(handler)
     async def serve(request: web.Request) -> web.StreamResponse:
-        found = request.app[APP_STATE].warm.get(request.raw_path)
+        state = request.app[APP_STATE]
+        hot = state.hot.boards.get(request.match_info["board"])
+        if hot is not None:
+            kept = state.hot_answers.get(request.raw_path)
+            if kept is not None and kept[0] == hot.version and state.clock() < kept[1] and hot.ready:
+                return web.Response(body=kept[2], content_type="application/json")
+        found = state.warm.get(request.raw_path)  # (a hot board's windows that are not hot)
         if found is not None:
             return web.Response(body=found.body, content_type="application/json")
         return await handler(request)
@@ -67,9 +74,19 @@ def warm(handler: Handler) -> Handler:
 async def answer(
     request: web.Request, where: Target, reader: BoardReader, build: Callable[[], Awaitable[dict[str, Any]]]
 ) -> web.Response:
-    """`build()`'s answer; from Redis, kept by the warm cache unless the request says nocache=1."""
+    """`build()`'s answer, kept unless the request says nocache=1: from memory while the board's
+    version stands (unless it read the previous period, which may live in Redis: trend=1), from
+    Redis by the warm cache."""
     state = request.app[APP_STATE]
-    if reader.source == "redis" and request.query.get("nocache") != "1":
+    if request.query.get("nocache") == "1":
+        return json(await build())
+    if reader.source == "memory":
+        version = state.hot.boards[where.board].version  # before the read: a change bumps it
+        body = orjson.dumps(await build())
+        if not where.trend:
+            state.hot_answers[request.raw_path] = (version, where.until_ms, body)
+        return web.Response(body=body, content_type="application/json")
+    if reader.source == "redis":
 
         async def read() -> tuple[bytes, int]:
             body = await build()
@@ -88,9 +105,6 @@ async def top(request: web.Request) -> web.Response:
     offset = int_param(request, "offset", 0, 0, 10**9)
     me = member_id(request.query["me"]) if "me" in request.query else None
     reader = reader_for(request, where)
-    if reader.source == "memory" and me is None and not where.trend:
-        body = await _hot_page(request, where, reader, offset, limit)
-        return web.Response(body=body, content_type="application/json")
 
     async def build() -> dict[str, Any]:
         page, ranks = await queries.ranked_page(reader, where, offset, limit)
@@ -100,20 +114,6 @@ async def top(request: web.Request) -> web.Response:
         return await _trend(request, where, body) if where.trend else body
 
     return await answer(request, where, reader, build)
-
-
-async def _hot_page(
-    request: web.Request, where: Target, reader: BoardReader, offset: int, limit: int
-) -> bytes:
-    """A hot board's page, serialised once per version of the board: never stale."""
-    state = request.app[APP_STATE]
-    hot = state.hot.boards[where.board]
-    key = (where.board, where.instance, where.reverse, where.ties, offset, limit, hot.version)
-    cached = state.hot_pages.get(key)
-    if cached is None:
-        page, ranks = await queries.ranked_page(reader, where, offset, limit)
-        cached = state.hot_pages[key] = orjson.dumps(queries.top_answer(where, page, ranks, reader.source))
-    return cached
 
 
 async def _trend(request: web.Request, where: Target, body: dict[str, Any]) -> dict[str, Any]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 from cachetools import LRUCache
@@ -30,8 +30,9 @@ class ApiState:
     max_future_skew_s: int  # bounds at= and period= like event times (docs/contract.md §2)
     clock: Clock = system_ms  # the service's clock (common/clock.py)
     metrics: ApiMetrics = field(default_factory=ApiMetrics)
-    # serialised top pages of hot boards by (board, instance, view, page, version): never stale
-    hot_pages: LRUCache[Any, bytes] = field(default_factory=lambda: LRUCache(4096))
+    # serialised answers from hot boards' memory by request (path and query): (the board's
+    # version, valid until (ms), body): never stale (api/routes.py)
+    hot_answers: LRUCache[str, tuple[int, int, bytes]] = field(default_factory=lambda: LRUCache(4096))
     # a Redis reader per (board, window instance) read lately (api/routes.py reader_for)
     redis_readers: dict[tuple[str, str], BoardReader] = field(default_factory=dict)
     # started by SIGTERM/SIGINT (api/main.py): the drain and every cleanup step wait within it

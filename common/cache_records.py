@@ -1,14 +1,28 @@
 """The update_cache wire format, written by the worker and replayed by API nodes.
 
-Key: `<board>\\0<instance>\\0<member>` for a member's state, `<board>\\0<instance>\\0` for an
-instance's latest reset (`rankstream reset`), `<board>\\0` for the board's seq marker, so
-compaction keeps the latest record of each. Every record of a board goes to
-partition crc32(board) % partitions, so a node replays one partition per hot board.
-Value: a fixed header (kind, score, tie ms, seq) and, for a state or an absence, the member's
-meta JSON (the board's, as Redis holds it after that seq).
-States are absolute: replaying them is idempotent, and the higher seq wins whatever order
-they arrive in, so a backfill and live updates can interleave safely. A reset says the instance
-was empty at its seq: states and deletes at or before it are void, whenever they arrive.
+Keys (compaction keeps the latest record of each):
+- `<board>\\0<instance>\\0<member>`: the member's state in a window instance, or its absence;
+- `<board>\\0<instance>\\0`: the instance's latest reset (`rankstream reset`);
+- `<board>\\0\\0<member>`: the member's meta on the board (format 2);
+- `<board>\\0\\0`: the board's meta was emptied (a whole-board reset; format 2);
+- `<board>\\0`: the board's seq marker (every change up to it is on the topic).
+
+Every record of a board goes to partition crc32(board) % partitions, so a node replays one
+partition per hot board. A sharded board's records name the shard (`common/store/shards.py`).
+
+Values come in two formats; a node reads both, so old and new workers can write side by side
+through a rolling upgrade (API nodes first: a node of the previous release cannot read format 2).
+- Format 1: a fixed header (kind, score, tie ms, seq) and, for a state or an absence, the member's
+  meta JSON as Redis held it after that seq. Every window record carries the meta.
+- Format 2: one byte `0x20 | kind`, the seq, then for a state the score and tie ms (25 bytes in
+  all). The meta travels in records of its own (kind META, the JSON after the seq; none = the
+  member has no meta), published when it changes, so replay reads each member's meta once, and
+  resets or a backfill can never bring back an older meta.
+States are absolute: replaying them is idempotent, and the higher seq wins whatever order they
+arrive in, so a backfill and live updates can interleave safely. A reset says the instance (or,
+with no instance, the board's meta) was empty at its seq: records at or before it are void,
+whenever they arrive. A null value (a key's deletion, `rankstream reshard-board`) voids what the
+key held.
 """
 
 from __future__ import annotations
@@ -18,70 +32,152 @@ import zlib
 from dataclasses import dataclass
 from enum import IntEnum
 
-_HEADER = struct.Struct(">BdqQ")  # kind, score, tie ms, seq
+FORMATS = (1, 2)
+FORMAT = 2  # what workers write unless RANKSTREAM_CACHE_RECORD_FORMAT says otherwise
+
+_V1 = struct.Struct(">BdqQ")  # kind, score, tie ms, seq
+_V2 = 0x20  # a format-2 value's first byte is 0x20 | kind (a format-1 value's is the kind)
+_V2_STATE = struct.Struct(">BQdq")  # 0x20 | kind, seq, score, tie ms
+_V2_SEQ = struct.Struct(">BQ")  # 0x20 | kind, seq (then a META record's meta JSON)
 
 
 class Kind(IntEnum):
     STATE = 1
     DELETED = 2
     MARKER = 3  # the board's seq: every change up to it is on the topic
-    RESET = 4  # the instance was emptied at this seq (its member is "")
+    RESET = 4  # the instance was emptied at this seq (its member is ""); no instance: the meta
     # never a value: a key's deletion (a null value; `rankstream reshard-board` deletes the
     # records of a board's old shards): what that key held is void
     GONE = 5
+    META = 6  # the member's meta on the board from this seq on (format 2; None: it has none)
+
+
+STATE_V2 = _V2 | Kind.STATE  # the first byte of a format-2 state: replay's bulk (api/hotboards.py)
+V2_STATE = _V2_STATE  # a format-2 state's layout, which hot windows keep as is while loading
+# its fields' bytes: the seq and the score big-endian, the tie ms' low 6 bytes (TIE_BYTES)
+V2_SEQ, V2_SCORE, V2_TIE = slice(1, 9), slice(9, 17), slice(19, 25)
+
+
+class UnknownFormatError(ValueError):
+    """A record this release cannot read: written by a newer worker."""
 
 
 @dataclass(frozen=True, slots=True)
 class Record:
     kind: Kind
     board: str
-    instance: str  # "" for a marker
+    instance: str  # "" for a marker, a meta record and a meta reset
     member: str  # "" for a marker and a reset
     score: float
     tie_ms: int
     seq: int
     meta: bytes | None
+    # the format it came in: a format-1 state or absence also says what the member's meta was
+    version: int = 1
 
 
 def partition_for(board: str, partitions: int) -> int:
     return zlib.crc32(board.encode()) % partitions
 
 
-def state_record(
-    board: str, instance: str, member: str, *, score: float, tie_ms: int, seq: int, meta: bytes | None
-) -> tuple[bytes, bytes]:
-    key = f"{board}\0{instance}\0{member}".encode()
-    return key, _HEADER.pack(Kind.STATE, score, tie_ms, seq) + (meta or b"")
+def _key(board: str, instance: str, member: str) -> bytes:
+    return f"{board}\0{instance}\0{member}".encode()
 
 
-def deleted_record(
-    board: str, instance: str, member: str, seq: int, meta: bytes | None = None
-) -> tuple[bytes, bytes]:
-    """The member is absent from the instance; `meta` is its meta on the board all the same (a
-    delete drops it; a member absent from one instance may keep it for the others)."""
-    key = f"{board}\0{instance}\0{member}".encode()
-    return key, _HEADER.pack(Kind.DELETED, 0.0, 0, seq) + (meta or b"")
+@dataclass(frozen=True, slots=True)
+class RecordWriter:
+    """Encodes records in one format (1 or 2): (key, value) pairs, or None where the format has
+    no such record (format 1 carries meta inside window records)."""
+
+    version: int = FORMAT
+
+    def __post_init__(self) -> None:
+        if self.version not in FORMATS:
+            raise ValueError(f"update_cache record format must be one of {FORMATS}, not {self.version}")
+
+    def state(
+        self,
+        board: str,
+        instance: str,
+        member: str,
+        *,
+        score: float,
+        tie_ms: int,
+        seq: int,
+        meta: bytes | None,
+    ) -> tuple[bytes, bytes]:
+        key = _key(board, instance, member)
+        if self.version == 1:
+            return key, _V1.pack(Kind.STATE, score, tie_ms, seq) + (meta or b"")
+        return key, _V2_STATE.pack(STATE_V2, seq, score + 0.0, tie_ms)  # -0.0 is 0.0, as in Redis
+
+    def deleted(
+        self, board: str, instance: str, member: str, seq: int, meta: bytes | None = None
+    ) -> tuple[bytes, bytes]:
+        """The member is absent from the instance; in format 1 `meta` is its meta on the board all
+        the same (a delete drops it; a member absent from one instance may keep it for others)."""
+        key = _key(board, instance, member)
+        if self.version == 1:
+            return key, _V1.pack(Kind.DELETED, 0.0, 0, seq) + (meta or b"")
+        return key, _V2_SEQ.pack(_V2 | Kind.DELETED, seq)
+
+    def reset(self, board: str, instance: str, seq: int) -> tuple[bytes, bytes]:
+        if self.version == 1:
+            return _key(board, instance, ""), _V1.pack(Kind.RESET, 0.0, 0, seq)
+        return _key(board, instance, ""), _V2_SEQ.pack(_V2 | Kind.RESET, seq)
+
+    def marker(self, board: str, seq: int) -> tuple[bytes, bytes]:
+        if self.version == 1:
+            return f"{board}\0".encode(), _V1.pack(Kind.MARKER, 0.0, 0, seq)
+        return f"{board}\0".encode(), _V2_SEQ.pack(_V2 | Kind.MARKER, seq)
+
+    def meta(self, board: str, member: str, seq: int, meta: bytes | None) -> tuple[bytes, bytes] | None:
+        """The member's meta from `seq` on (None: it has none)."""
+        if self.version == 1:
+            return None
+        return _key(board, "", member), _V2_SEQ.pack(_V2 | Kind.META, seq) + (meta or b"")
+
+    def meta_reset(self, board: str, seq: int) -> tuple[bytes, bytes] | None:
+        """Every member's meta on the board was dropped at `seq` (a whole-board reset)."""
+        if self.version == 1:
+            return None
+        return _key(board, "", ""), _V2_SEQ.pack(_V2 | Kind.RESET, seq)
 
 
-def reset_record(board: str, instance: str, seq: int) -> tuple[bytes, bytes]:
-    return f"{board}\0{instance}\0".encode(), _HEADER.pack(Kind.RESET, 0.0, 0, seq)
-
-
-def marker_record(board: str, seq: int) -> tuple[bytes, bytes]:
-    return f"{board}\0".encode(), _HEADER.pack(Kind.MARKER, 0.0, 0, seq)
-
-
-def deleted_key(key: bytes) -> Record:
-    """A key's deletion (a record with a null value) as a record of kind GONE."""
+def deleted_key(key: bytes) -> Record | None:
+    """A key's deletion (a record with a null value) as a record of kind GONE; None for a meta
+    reset's key (nothing to void: a reset's seq is below every seq of the board's later layout,
+    as a window reset's is)."""
     parts = key.decode().split("\0")
-    instance, member = (parts[1], parts[2]) if len(parts) == 3 else ("", "")
-    return Record(Kind.GONE, parts[0], instance, member, 0.0, 0, 0, None)
+    if len(parts) == 2:  # a marker's
+        return Record(Kind.GONE, parts[0], "", "", 0.0, 0, 0, None, 2)
+    if not parts[1] and not parts[2]:
+        return None
+    return Record(Kind.GONE, parts[0], parts[1], parts[2], 0.0, 0, 0, None, 2)
 
 
 def decode(key: bytes, value: bytes) -> Record:
-    kind, score, tie, seq = _HEADER.unpack_from(value)
+    head = value[0]
     parts = key.decode().split("\0")
-    if kind == Kind.MARKER:
-        return Record(Kind.MARKER, parts[0], "", "", 0.0, 0, seq, None)
-    meta = value[_HEADER.size :] or None
-    return Record(Kind(kind), parts[0], parts[1], parts[2], score, tie, seq, meta)
+    if head & 0xF0 == _V2:
+        kind = head & 0x0F
+        if kind == Kind.STATE:
+            _, seq, score, tie = _V2_STATE.unpack_from(value)
+            return Record(Kind.STATE, parts[0], parts[1], parts[2], score, tie, seq, None, 2)
+        seq = _V2_SEQ.unpack_from(value)[1]
+        if kind == Kind.MARKER:
+            return Record(Kind.MARKER, parts[0], "", "", 0.0, 0, seq, None, 2)
+        if kind in (Kind.DELETED, Kind.RESET):
+            return Record(Kind(kind), parts[0], parts[1], parts[2], 0.0, 0, seq, None, 2)
+        if kind == Kind.META:
+            meta = value[_V2_SEQ.size :] or None
+            return Record(Kind.META, parts[0], "", parts[2], 0.0, 0, seq, meta, 2)
+    elif Kind.STATE <= head <= Kind.RESET:
+        kind, score, tie, seq = _V1.unpack_from(value)
+        if kind == Kind.MARKER:
+            return Record(Kind.MARKER, parts[0], "", "", 0.0, 0, seq, None)
+        return Record(Kind(kind), parts[0], parts[1], parts[2], score, tie, seq, value[_V1.size :] or None)
+    raise UnknownFormatError(
+        f"an update_cache record of a newer format (first byte {head:#04x}) than this node reads: "
+        "upgrade API nodes before workers"
+    )

@@ -10,7 +10,7 @@ import logging
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
@@ -225,6 +225,12 @@ class Settings(BaseModel):
         description="`true`: new general window instances keep a tie index. `false`: they get a state "
         "hash instead, as releases before the tie index wrote: for a rolling upgrade from one (see "
         "[upgrading](operations/upgrading.md)).",
+    )
+    cache_record_format: Literal[1, 2] = Field(
+        default=2,
+        description="The `update_cache` record format workers write. `2`: a member's meta in a "
+        "record of its own, states in 25 bytes. `1`: what releases before it write and read: keep "
+        "it while API nodes of such a release still run (see [upgrading](operations/upgrading.md)).",
     )
     # docs/contract.md §2
     max_future_skew_s: int = Field(

@@ -18,7 +18,6 @@ from __future__ import annotations
 import logging
 
 from common.boards import BoardsConfig, BoardType, Window, WindowKind
-from common.cache_records import marker_record, state_record
 from common.periods import parse_period
 from common.store import scan
 from common.store.encoding import (
@@ -88,22 +87,26 @@ def backfill_board(
         return None
     try:
         seq0 = int(client.get(keys.seq) or 0)
+        records = publisher.records
         published = 0
+        if seq0 > 0:  # format 2: meta records of an earlier spell of being hot are void (the meta
+            # of members now without any, or of members gone, could have changed since)
+            publisher.produce(board, records.meta_reset(board, seq0 - 1))
+        metas: set[str] = set()
         for instance, packing, mode in _instances(client, keys, windows, boards, board.split(":", 1)[0]):
             for page in scan.state_pages(client, keys, instance, packing, mode):
                 for row in page:
-                    record = state_record(
+                    state = row.state
+                    publisher.produce(
                         board,
-                        instance,
-                        row.member,
-                        score=row.state.score,
-                        tie_ms=row.state.tie_ms,
-                        seq=seq0,
-                        meta=row.meta,
-                    )
-                    publisher.produce(board, *record)
+                        records.state(board, instance, row.member, score=state.score, tie_ms=state.tie_ms,
+                                      seq=seq0, meta=row.meta),
+                    )  # fmt: skip
                     published += 1
-        publisher.produce(board, *marker_record(board, seq0))
+                    if row.meta and row.member not in metas:
+                        metas.add(row.member)
+                        publisher.produce(board, records.meta(board, row.member, seq0, row.meta))
+        publisher.produce(board, records.marker(board, seq0))
         publisher.flush(timeout)
         client.sadd(hot_flagged(key_prefix), board)  # before the flag: every flag is listed
         client.set(keys.hot_ready, hot_flag(seq0, windows))

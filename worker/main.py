@@ -74,6 +74,7 @@ def cache_publisher(
         boards=boards,
         client=client,
         key_prefix=settings.key_prefix,
+        record_format=settings.cache_record_format,
     )
     backfill_all(client, publisher, boards, settings.key_prefix)  # before consuming: see backfill.py
     return publisher

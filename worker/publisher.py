@@ -14,7 +14,8 @@ import logging
 from collections.abc import Sequence
 
 from common.boards import BoardsConfig
-from common.cache_records import deleted_record, marker_record, partition_for, reset_record, state_record
+from common.cache_records import FORMAT, RecordWriter, partition_for
+from common.control import WHOLE_BOARD
 from common.events import Op
 from common.store.encoding import MemberState, Status, hot_flag_covers
 from common.store.keys import TOTAL_INSTANCE, BoardKeys
@@ -40,8 +41,10 @@ class CachePublisher:
         boards: BoardsConfig,
         client: Store,
         key_prefix: str,
+        record_format: int = FORMAT,
     ) -> None:
         self._topic = topic
+        self.records = RecordWriter(record_format)
         self._partitions = partitions
         self._boards = boards
         self._client = client
@@ -60,12 +63,17 @@ class CachePublisher:
             boards=self._boards,
             client=self._client,
             key_prefix=self._prefix,
+            record_format=self.records.version,
         )
         twin._backfilled = set(self._backfilled)
         return twin
 
-    def produce(self, board: str, key: bytes, value: bytes) -> None:
-        """`board`: a board, or a shard's name: a sharded board's records share its partition."""
+    def produce(self, board: str, record: tuple[bytes, bytes] | None) -> None:
+        """`board`: a board, or a shard's name: a sharded board's records share its partition.
+        None: a record the format has not (format 1 carries meta in window records)."""
+        if record is None:
+            return
+        key, value = record
         partition = partition_for(board_of(board), self._partitions)
         self._sink.produce(self._topic, value=value, key=key, partition=partition)
         self.published += 1
@@ -81,7 +89,8 @@ class CachePublisher:
     def publish(self, outcomes: Sequence[Outcome]) -> None:
         """Queue the records of one applied batch (duplicates re-publish the current state)."""
         latest: dict[tuple[str, str, str], tuple[MemberState | None, int, bytes | None]] = {}
-        resets: dict[tuple[str, str], int] = {}
+        metas: dict[tuple[str, str], tuple[int, bytes | None]] = {}  # format 2: meta records
+        resets: dict[tuple[str, str], int] = {}  # instance "": the board's meta (a whole reset)
         seqs: dict[str, int] = {}
         for outcome in (o for each in outcomes for o in (each, *each.also)):
             board = outcome.shard or outcome.event.board  # a sharded board's: the shard's records
@@ -89,19 +98,29 @@ class CachePublisher:
             if not hot or outcome.status is Status.OUT_OF_RANGE:
                 continue
             seqs[board] = max(seqs.get(board, 0), outcome.seq)
-            if outcome.event.op is Op.RESET:  # no member: its instances' latest resets
+            event = outcome.event
+            if event.op is Op.RESET:  # no member: its instances' latest resets
                 _note_resets(resets, outcome, hot)
                 continue
             for instance, state in outcome.states.items():
                 if instance_window(instance) in hot:
-                    latest[(board, instance, outcome.event.member)] = (state, outcome.seq, outcome.meta)
+                    latest[(board, instance, event.member)] = (state, outcome.seq, outcome.meta)
+            # format 2: the member's meta whenever it has one (so a format-1 record's meta that a
+            # format-2 state replaces in compaction lives on), and whenever the event changed it
+            if outcome.meta or event.meta is not None or event.op in (Op.DELETE, Op.ERASE):
+                metas[(board, event.member)] = (outcome.seq, outcome.meta)
+        records = self.records
         for (board, instance, member), (state, seq, meta) in latest.items():
-            self.produce(board, *_member_record(board, instance, member, state, seq=seq, meta=meta))
+            self.produce(board, self._member_record(board, instance, member, state, seq=seq, meta=meta))
+        for (board, member), (seq, meta) in metas.items():
+            self.produce(board, records.meta(board, member, seq, meta))
         for (board, instance), seq in resets.items():
-            self.produce(board, *reset_record(board, instance, seq))
+            self.produce(
+                board, records.meta_reset(board, seq) if not instance else records.reset(board, instance, seq)
+            )
         for board, seq in seqs.items():
             if self.backfilled(board):
-                self.produce(board, *marker_record(board, seq))
+                self.produce(board, records.marker(board, seq))
 
     def publish_states(
         self, board: str, instance: str, rows: Sequence[tuple[str, MemberState | None, bytes | None, int]]
@@ -109,24 +128,37 @@ class CachePublisher:
         """Queue one record per (member, state, meta, seq) of one instance: a rolling period
         being prepared (worker/rolling.py)."""
         for member, state, meta, seq in rows:
-            self.produce(board, *_member_record(board, instance, member, state, seq=seq, meta=meta))
+            self.produce(board, self._member_record(board, instance, member, state, seq=seq, meta=meta))
 
     def flush(self, timeout: float) -> None:
         self._sink.flush(timeout)
 
-
-def _member_record(
-    board: str, instance: str, member: str, state: MemberState | None, *, seq: int, meta: bytes | None
-) -> tuple[bytes, bytes]:
-    """A member's state in an instance, or its absence (None)."""
-    if state is None:
-        return deleted_record(board, instance, member, seq, meta)
-    return state_record(board, instance, member, score=state.score, tie_ms=state.tie_ms, seq=seq, meta=meta)
+    def _member_record(
+        self,
+        board: str,
+        instance: str,
+        member: str,
+        state: MemberState | None,
+        *,
+        seq: int,
+        meta: bytes | None,
+    ) -> tuple[bytes, bytes]:
+        """A member's state in an instance, or its absence (None); `meta` goes along in format 1."""
+        if state is None:
+            return self.records.deleted(board, instance, member, seq, meta)
+        return self.records.state(
+            board, instance, member, score=state.score, tie_ms=state.tie_ms, seq=seq, meta=meta
+        )
 
 
 def _note_resets(resets: dict[tuple[str, str], int], outcome: Outcome, hot: tuple[str, ...]) -> None:
-    """The latest reset of each hot window instance a reset's outcome names."""
+    """The latest reset of each hot window instance a reset's outcome names, and for a
+    whole-board reset (which drops every meta too) the board's, under instance ""."""
     board = outcome.shard or outcome.event.board
     for instance, seq in (outcome.resets or {}).items():
         if instance_window(instance) in hot:
             resets[(board, instance)] = max(resets.get((board, instance), 0), seq)
+    if outcome.event.member == WHOLE_BOARD and outcome.resets:
+        # the reset's seq (a redelivered one's: the oldest mark Redis remembers of its instances,
+        # the reset's own unless every instance was reset again since)
+        resets[(board, "")] = max(resets.get((board, ""), 0), min(outcome.resets.values()))

@@ -21,17 +21,17 @@ def footprint(members: int, use_tracemalloc: bool) -> Result:
 
 
 def build(members: int, use_tracemalloc: bool) -> Result:
-    """What HotBoards holds for one `total` window: a HotBoard(desc, inv) applying one record per
-    member, then finish_loading(): the window and the meta (each with its seq). Members and metas
-    are the objects the API keeps: decoded from update_cache records (a member id split from the
-    key, the meta a slice of the value; an orjson.dumps() result would hold a 4 KiB buffer
-    whatever its length)."""
+    """What HotBoards holds for one `total` window: a HotBoard(desc, inv) replaying one format-2
+    state record per member and a meta record for 5 % of them, as a node replays them, then
+    finish_loading(): the window and the meta (each with its seq). Members and metas are the
+    objects the API keeps: split from the records' keys and values."""
     from api.hotboards import HotBoard  # noqa: PLC0415 - the helper process only
-    from common.cache_records import state_record  # noqa: PLC0415
+    from common.cache_records import RecordWriter  # noqa: PLC0415
     from common.store.encoding import TieMode  # noqa: PLC0415
 
     rng = random.Random(20261124)
     now_ms = int(time.time() * 1000)
+    writer = RecordWriter(2)
     gc.collect()
     before = rss_bytes()
     if use_tracemalloc:
@@ -39,16 +39,20 @@ def build(members: int, use_tracemalloc: bool) -> Result:
     started = time.perf_counter()
     hot = HotBoard(BOARD, ("total",), desc=True, mode=TieMode.INV)
     for i in range(members):
-        raw_meta = f'{{"name":"Player {i}","lvl":{i % 60}}}'.encode() if i % 20 == 0 else None
+        member = f"u{i:07d}"
         score = float(int(100 * rng.paretovariate(1.2)))
         tie = now_ms - rng.randrange(86_400_000)
-        record = decode(
-            *state_record(BOARD, "total", f"u{i:07d}", score=score, tie_ms=tie, seq=i + 1, meta=raw_meta)
-        )
-        hot.apply(record)
+        key, value = writer.state(BOARD, "total", member, score=score, tie_ms=tie, seq=i + 1, meta=None)
+        name, instance, encoded = key.split(b"\0")
+        hot.stage(name, instance, encoded, value)
+        if i % 20 == 0:
+            meta = f'{{"name":"Player {i}","lvl":{i % 60}}}'.encode()
+            record = writer.meta(BOARD, member, i + 1, meta)
+            assert record is not None
+            hot.apply(decode(*record))
     put_s = time.perf_counter() - started
+    hot.finish_loading()
     window = hot.window("total")
-    window.finish_loading()
     build_s = time.perf_counter() - started - put_s
     gc.collect()
     after = rss_bytes()

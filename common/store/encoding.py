@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import IntEnum, StrEnum
 from typing import overload
@@ -232,6 +233,41 @@ def unsortable_score(raw: bytes, desc: bool) -> float:
     bits = bits & ~_SIGN if bits & _SIGN else ~bits & _MASK
     value: float = _DOUBLE.unpack(_U64.pack(bits))[0]
     return value
+
+
+_FLIP_TOP = bytes(b ^ 0x80 for b in range(256))
+_NEG_ZERO = _DOUBLE.pack(-0.0)
+_SORTABLE_ZERO = b"\x80" + bytes(7)
+
+
+def memory_key_maker(
+    mode: TieMode, desc: bool, *, score_at: slice, tie_at: slice, seq_at: slice
+) -> Callable[[bytes, bytes], bytes]:
+    """f(state, member) = `sortable_score(score, desc) + memory_body(mode, desc, member, tie)`
+    followed by the seq's bytes, built from bytes: `state` holds the score as a big-endian double
+    at `score_at`, the tie ms as 6 big-endian bytes at `tie_at`, the seq at `seq_at`; the member
+    is UTF-8. Byte translations only (a replay builds a million of them): a double's order image
+    flips its top bit (>= 0) or every bit (< 0), the inv tie TIE_MAX - t is t's complement, and a
+    desc key is the asc one complemented (tests/unit/test_hotwindow.py holds it to the functions
+    above)."""
+    inv_tie = mode is TieMode.INV
+    no_tie = mode is TieMode.NONE
+
+    def make(state: bytes, member: bytes) -> bytes:
+        raw = state[score_at]
+        if raw[0] < 0x80:
+            image = raw[:1].translate(_FLIP_TOP) + raw[1:]
+        else:
+            image = _SORTABLE_ZERO if raw == _NEG_ZERO else raw.translate(_INVERT)
+        if no_tie:
+            body = image + member
+        else:
+            body = image + (state[tie_at].translate(_INVERT) if inv_tie else state[tie_at]) + member
+        if desc:
+            return body.translate(_INVERT) + b"\xff" + state[seq_at]
+        return body + b"\x00" + state[seq_at]
+
+    return make
 
 
 def next_prefix(prefix: bytes) -> bytes:

@@ -25,9 +25,12 @@ _SLOTS = REDIS_CLUSTER_HASH_SLOTS
 
 def shard_index(member: str, shards: int) -> int:
     """The shard of `member` on a board of `shards` shards."""
-    if shards == 1:
-        return 0
-    return zlib.crc32(member.encode()) % shards
+    return shard_index_of(member.encode(), shards)
+
+
+def shard_index_of(member: bytes, shards: int) -> int:
+    """The shard of a member given as UTF-8."""
+    return 0 if shards == 1 else zlib.crc32(member) % shards
 
 
 @lru_cache(maxsize=65_536)

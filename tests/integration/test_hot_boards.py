@@ -21,7 +21,7 @@ from api.app import create_app
 from api.hotboards import HotBoard
 from api.state import APP_STATE
 from common.boards import load_boards
-from common.cache_records import partition_for, state_record
+from common.cache_records import RecordWriter, partition_for
 from common.settings import Settings
 from common.store.encoding import TIE_WIDTH
 from common.store.keys import BoardKeys
@@ -384,7 +384,7 @@ def test_an_open_transaction_on_update_cache_holds_no_node_back(make_settings, t
         zombie.list_topics(settings.topic_cache, timeout=10).topics[settings.topic_cache].partitions
     )
     for board in HOT:
-        key, value = state_record(
+        key, value = RecordWriter().state(
             board, "total", "never-committed", score=1e12, tie_ms=start, seq=10**12, meta=None
         )
         zombie.produce(

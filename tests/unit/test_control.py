@@ -13,7 +13,7 @@ import pytest
 from api.hotboards import HotBoard
 from api.hotwindow import HotWindow
 from common.boards import parse_boards
-from common.cache_records import Kind, Record, decode, reset_record
+from common.cache_records import Kind, Record, RecordWriter, decode
 from common.control import (
     CONTROL_HEADER,
     WHOLE_BOARD,
@@ -256,9 +256,11 @@ def test_a_hot_board_keeps_a_members_meta_while_another_instance_holds_it():
     assert not dict(hot.meta.items())  # as Redis: a delete drops the member's meta
 
 
-def test_a_reset_record_round_trips():
-    key, value = reset_record("gift:r0", "day:2026-11-22", 42)
-    assert decode(key, value) == Record(Kind.RESET, "gift:r0", "day:2026-11-22", "", 0.0, 0, 42, None)
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_reset_record_round_trips(version):
+    key, value = RecordWriter(version).reset("gift:r0", "day:2026-11-22", 42)
+    expected = Record(Kind.RESET, "gift:r0", "day:2026-11-22", "", 0.0, 0, 42, None, version)
+    assert decode(key, value) == expected
 
 
 HOT_AND_CLOSING = parse_boards(

@@ -6,9 +6,19 @@ from __future__ import annotations
 import random
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from api.hotwindow import HotWindow
-from common.store.encoding import TieMode, encode_member
+from common.cache_records import V2_SCORE, V2_SEQ, V2_TIE, RecordWriter
+from common.store.encoding import (
+    TIE_MAX,
+    TieMode,
+    encode_member,
+    memory_body,
+    memory_key_maker,
+    sortable_score,
+)
 
 
 def redis_order(rows: dict[str, tuple[float, int]], desc: bool, mode: TieMode) -> list[str]:
@@ -55,3 +65,40 @@ def test_older_states_lose_whatever_order_they_arrive_in():
     assert not window.put("m", 1.0, 1, seq=7)  # older than the delete
     assert len(window) == 0
     assert window.count_between(float("-inf"), float("inf")) == 0
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    score=st.floats(allow_nan=False, allow_infinity=True) | st.sampled_from([0.0, -0.0, 1.0, -1.0]),
+    tie=st.integers(0, TIE_MAX),
+    member=st.text(st.characters(codec="utf-8", exclude_characters="\0"), min_size=1),
+    desc=st.booleans(),
+    mode=st.sampled_from(list(TieMode)),
+)
+def test_keys_built_from_a_records_bytes_are_the_memory_order(score, tie, member, desc, mode):
+    """A replay builds keys from a format-2 record's bytes (memory_key_maker): the very keys
+    sortable_score + memory_body make, whatever the score (-0.0, infinities), tie and member."""
+    _, value = RecordWriter(2).state("b", "total", member, score=score, tie_ms=tie, seq=1, meta=None)
+    make = memory_key_maker(mode, desc, score_at=V2_SCORE, tie_at=V2_TIE, seq_at=V2_SEQ)
+    built = make(value, member.encode())
+    assert built == sortable_score(score, desc) + memory_body(mode, desc, member, tie) + value[V2_SEQ]
+
+
+@pytest.mark.parametrize("desc", [True, False])
+@pytest.mark.parametrize("mode", list(TieMode))
+def test_a_window_loaded_from_record_bytes_reads_as_one_built_state_by_state(desc, mode):
+    rng = random.Random(11)
+    staged, built = HotWindow(desc, mode), HotWindow(desc, mode)
+    built.finish_loading()
+    writer = RecordWriter(2)
+    for seq in range(2000):
+        member = f"m{rng.randrange(300)}"
+        score, tie = float(rng.randrange(-50, 50)), rng.randrange(10**12, 10**12 + 50)
+        if rng.random() < 0.1:
+            assert staged.delete(member, seq) == built.delete(member, seq)
+            continue
+        _, value = writer.state("b", "total", member, score=score, tie_ms=tie, seq=seq, meta=None)
+        assert staged.stage(member.encode(), value) == built.put(member, score, tie, seq)
+    staged.finish_loading()
+    assert staged.items() == built.items()
+    assert staged.page(0, 400, reverse=False) == built.page(0, 400, reverse=False)
