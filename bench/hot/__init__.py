@@ -11,7 +11,8 @@ run count, not absolute numbers):
 3. `bytes_per_member`: RSS growth of a fresh process building what the API builds (HotWindow
    with 1M puts, finish_loading, meta for 5 %), per member; tracemalloc's count beside it
    (bench/hot/footprint.py).
-4. `hot_top10_rps` (top 10 from memory), `bare_rps` (bare aiohttp, same body) and
+4. `hot_top10_rps` (top 10 from memory), `hot_member_rps` and `hot_around_rps` (one member,
+   and the 5 either side of it, from memory), `bare_rps` (bare aiohttp, the top 10's body) and
    `redis_top10_rps` (a second API node without the hot section, `nocache=1`, same data):
    wrk, interleaved rounds, best of each.
 5. `visibility_p99_ms`: with a real worker and the hot API running, events produced at a
@@ -31,7 +32,7 @@ import random
 import time
 from typing import Any
 
-from bench.common import ENV_PREFIX, Result, env_int, say
+from bench.common import ENV_PREFIX, BenchError, Result, env_int, say
 from bench.harness.bare import start_bare
 from bench.harness.fill import fill
 from bench.harness.nodes import check_top, start_api
@@ -51,12 +52,15 @@ from common.settings import Settings
 from rankstream.topics import ensure_topics
 
 DEFAULT_MEMBERS = 1_000_000
+MEMBER = "u0000001"  # member and around reads: one member of the filled board
 
 GOALS: dict[str, float] = {
     "replay_records_per_s": 300_000,
     "ready_s_1m": 5,
     "bytes_per_member": 150,
     "hot_vs_bare": 0.85,
+    "hot_member_vs_bare": 0.7,
+    "hot_around_vs_bare": 0.7,
     "hot_vs_redis": 3,
     "visibility_p99_ms": 100,
 }
@@ -77,6 +81,10 @@ ROWS = [
     Row("hot_top10_rps"),
     Row("redis_top10_rps"),
     Row("hot_vs_bare", "hot_vs_bare"),
+    Row("hot_member_vs_bare", "hot_member_vs_bare"),
+    Row("hot_around_vs_bare", "hot_around_vs_bare"),
+    Row("hot_member_rps"),
+    Row("hot_around_rps"),
     Row("hot_vs_redis", "hot_vs_redis"),
     Row("hot_vs_bare_cpu"),
     Row("hot_vs_redis_cpu"),
@@ -123,6 +131,11 @@ def _throughput(
     cold_api, cold_base = start_api(group, "api-cold", cold_settings)
     wait_ready(cold_api, f"{cold_base}/readyz")
     hot_url = f"{hot_base}/v1/boards/{BOARD}/top?limit=10"
+    member_url = f"{hot_base}/v1/boards/{BOARD}/members/{MEMBER}"
+    around_url = f"{hot_base}/v1/boards/{BOARD}/members/{MEMBER}/around?n=5"
+    for url in (member_url, around_url):
+        if http_get(url)[0] != 200:
+            raise BenchError(f"{url} did not answer 200")
     redis_url = f"{cold_base}/v1/boards/{BOARD}/top?limit=10&nocache=1"
     check_top(get_json(redis_url), "redis", members)
     _, body = http_get(hot_url)
@@ -132,6 +145,8 @@ def _throughput(
         [
             Target("bare", f"{bare_base}/", {"bare": bare.pid, **pids}),
             Target("hot_top10", hot_url, {"api": hot_api.pid, **pids}),
+            Target("hot_member", member_url, {"api": hot_api.pid, **pids}),
+            Target("hot_around", around_url, {"api": hot_api.pid, **pids}),
             Target("redis_top10", redis_url, {"api": cold_api.pid, **pids}),
         ],
         *wrk,
@@ -199,6 +214,8 @@ def _summary(members: int, phases: dict[str, Any], results: dict[str, Result], e
         "ready_s_1m": replayed["ready_s"],
         "bytes_per_member": mem["bytes_per_member"],
         "hot_vs_bare": ratio(hot, bare),
+        "hot_member_vs_bare": ratio(results["hot_member"]["rps"], bare),
+        "hot_around_vs_bare": ratio(results["hot_around"]["rps"], bare),
         "hot_vs_redis": ratio(hot, cold),
         "visibility_p99_ms": vis["p99_ms"],
     }
@@ -222,6 +239,8 @@ def _summary(members: int, phases: dict[str, Any], results: dict[str, Result], e
         ),
         "bare_rps": bare,
         "hot_top10_rps": hot,
+        "hot_member_rps": results["hot_member"]["rps"],
+        "hot_around_rps": results["hot_around"]["rps"],
         "redis_top10_rps": cold,
         "hot_vs_bare_cpu": ratio(cpu_us["bare"], cpu_us["hot_top10"]),
         "hot_vs_redis_cpu": ratio(cpu_us["redis_top10"], cpu_us["hot_top10"]),
