@@ -24,12 +24,15 @@ from api.hotmeta import HotMeta
 from api.hotwindow import HotWindow
 from common.boards import BoardsConfig, Order
 from common.cache_records import (
+    CHUNK_V2,
     STATE_V2,
     V2_SEQ,
     V2_STATE,
     Kind,
     Record,
+    chunk_parts,
     decode,
+    decode_chunk,
     deleted_key,
     partition_for,
 )
@@ -73,10 +76,13 @@ class HotBoard:
     # seq staged (big-endian bytes) (`stage`: a format-2 state's fast path)
     _staging: dict[bytes, HotWindow] = field(init=False, default_factory=dict)
     _staged_seqs: dict[bytes, bytes] = field(init=False, default_factory=dict)
+    # per shard: the seq up to which the whole board was emptied (a window created later too)
+    floors: list[int] = field(init=False)
 
     def __post_init__(self) -> None:
         self.names = frozenset(shard_names(self.board, self.shards))
         self.meta = HotMeta(self.shards)
+        self.floors = [-1] * self.shards
 
     @property
     def seq(self) -> int:
@@ -106,6 +112,27 @@ class HotBoard:
             _, at, score, tie = V2_STATE.unpack(state)
             window.put(member.decode(), score, tie, at)
 
+    def stage_chunk(self, name: bytes, instance: bytes, chunk: bytes) -> None:
+        """While replaying: a backfill's chunk (common/cache_records.py): each member's state
+        staged, and its meta (or its having none) taken as a format-1 record's."""
+        seq, states, members, metas = chunk_parts(chunk)
+        self.replayed += len(states)
+        window = self._staging.get(instance)
+        if window is None:
+            window = self._staging[instance] = self.window(instance.decode())
+        if states and states[0][V2_SEQ] > self._staged_seqs.get(name, b""):
+            self._staged_seqs[name] = states[0][V2_SEQ]
+        if not window.loading:  # rare (a sweep dropped an instance): as records
+            for record in decode_chunk(name + b"\0" + instance + b"\0\0", chunk):
+                self.apply(record)
+            return
+        stage, meta = window.stage, self.meta
+        for member, state, held in zip(members, states, metas, strict=True):
+            if stage(member, state) and (held or len(meta)):
+                text = member.decode()
+                if held or text in meta:
+                    meta.take(text, seq, held or None, self._newer)
+
     def finish_loading(self) -> None:
         self._fold_staged_seqs()
         self._staging.clear()
@@ -133,6 +160,9 @@ class HotBoard:
         if found is None:
             found = HotWindow(self.desc, self.mode, self.shards)
             found.loading = not self.ready
+            for shard, seq in enumerate(self.floors):  # the board was emptied up to there
+                if seq >= 0:
+                    found.reset(seq, shard)
             self.instances[instance] = found
         return found
 
@@ -145,7 +175,7 @@ class HotBoard:
             self._gone(record)
             return
         self.seqs[name] = max(self.seqs.get(name, 0), record.seq)
-        if not record.instance:  # a marker, a member's meta or a whole reset of the meta
+        if not record.instance:  # a marker, a member's meta or a reset of the whole board
             self._board_level(record)
             return
         window = self.window(record.instance)
@@ -172,7 +202,12 @@ class HotBoard:
         elif record.kind is Kind.META:
             if self.meta.claim(record.member, record.seq, record.meta):
                 self.version += 1
-        elif self.meta.reset(record.seq, index_of(name)):  # a reset without an instance
+        elif record.seq > self.floors[index_of(name)]:  # a reset of the whole board (format 2)
+            shard = index_of(name)
+            self.floors[shard] = record.seq
+            self.meta.reset(record.seq, shard)
+            for window in self.instances.values():
+                window.reset(record.seq, shard)
             self.version += 1
 
     def _gone(self, record: Record) -> None:
@@ -326,31 +361,45 @@ class HotBoards:
             consumer.close()
 
     def _decode(self, messages: list[Any]) -> list[Record]:
-        records = [
-            deleted_key(m.key()) if m.value() is None else decode(m.key(), m.value())
-            for m in messages
-            if m.error() is None
-        ]
-        return [record for record in records if record is not None]
+        records: list[Record] = []
+        for message in messages:
+            if message.error() is not None:
+                continue
+            key, value = message.key(), message.value()
+            if value is None:
+                gone = deleted_key(key)
+                if gone is not None:
+                    records.append(gone)
+            elif value[0] == CHUNK_V2:
+                records += decode_chunk(key, value)
+            else:
+                records.append(decode(key, value))
+        return records
 
     def _apply_batch(self, messages: list[Any]) -> None:
-        """Replay: format-2 states go to their board undecoded (`HotBoard.stage`), the rest as
-        records."""
+        """Replay: format-2 states and chunks go to their board undecoded (`HotBoard.stage`,
+        `stage_chunk`), the rest as records, all in offset order (a deleted key voids what came
+        before it, not what came after)."""
         staging = self._staging
-        rest = []
         for message in messages:
             value = message.value()
-            if value is not None and value[0] == STATE_V2 and message.error() is None:
-                name, instance, member = message.key().split(b"\0")
-                hot = staging.get(name)
+            if value is not None and message.error() is None:
+                if value[0] == STATE_V2:
+                    name, instance, member = message.key().split(b"\0")
+                    hot = staging.get(name)
+                    if hot is not None:
+                        hot.stage(name, instance, member, value)
+                    continue
+                if value[0] == CHUNK_V2:
+                    name, instance, _, _ = message.key().split(b"\0")
+                    hot = staging.get(name)
+                    if hot is not None:
+                        hot.stage_chunk(name, instance, value)
+                    continue
+            for record in self._decode([message]):
+                hot = self.boards.get(board_of(record.board))
                 if hot is not None:
-                    hot.stage(name, instance, member, value)
-            else:
-                rest.append(message)
-        for record in self._decode(rest):
-            hot = self.boards.get(board_of(record.board))
-            if hot is not None:
-                hot.apply(record)
+                    hot.apply(record)
 
     def _caught_up(self, consumer: Consumer, topic: str, ends: dict[int, int]) -> bool:
         positions = consumer.position([TopicPartition(topic, p) for p in ends])

@@ -36,7 +36,7 @@ class HotMeta:
         self._held: dict[str, bytes] = {}
         self._dropped: dict[str, int] = {}  # member -> the seq its meta was dropped at
         self._shards = shards
-        self._floor = [-1] * shards  # per shard: the seq of the board's latest meta reset
+        self._floor = [-1] * shards  # per shard: the seq of the whole board's latest reset
 
     def get(self, member: str) -> bytes | None:
         held = self._held.get(member)

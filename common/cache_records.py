@@ -4,7 +4,8 @@ Keys (compaction keeps the latest record of each):
 - `<board>\\0<instance>\\0<member>`: the member's state in a window instance, or its absence;
 - `<board>\\0<instance>\\0`: the instance's latest reset (`rankstream reset`);
 - `<board>\\0\\0<member>`: the member's meta on the board (format 2);
-- `<board>\\0\\0`: the board's meta was emptied (a whole-board reset; format 2);
+- `<board>\\0\\0`: the whole board was emptied, every window and the meta (format 2);
+- `<board>\\0<instance>\\0\\0<n>`: a backfill's n-th chunk of the instance (format 2);
 - `<board>\\0`: the board's seq marker (every change up to it is on the topic).
 
 Every record of a board goes to partition crc32(board) % partitions, so a node replays one
@@ -17,7 +18,9 @@ through a rolling upgrade (API nodes first: a node of the previous release canno
 - Format 2: one byte `0x20 | kind`, the seq, then for a state the score and tie ms (25 bytes in
   all). The meta travels in records of its own (kind META, the JSON after the seq; none = the
   member has no meta), published when it changes, so replay reads each member's meta once, and
-  resets or a backfill can never bring back an older meta.
+  resets or a backfill can never bring back an older meta. A backfill publishes chunks: up to
+  CHUNK_MEMBERS members' states and metas at its seq in one record, replayed in bulk; a chunk's
+  member counts as a format-1 state (its meta, or none, at the chunk's seq).
 States are absolute: replaying them is idempotent, and the higher seq wins whatever order they
 arrive in, so a backfill and live updates can interleave safely. A reset says the instance (or,
 with no instance, the board's meta) was empty at its seq: records at or before it are void,
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import struct
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 
@@ -45,14 +49,19 @@ class Kind(IntEnum):
     STATE = 1
     DELETED = 2
     MARKER = 3  # the board's seq: every change up to it is on the topic
-    RESET = 4  # the instance was emptied at this seq (its member is ""); no instance: the meta
+    RESET = 4  # the instance was emptied at this seq (its member is ""); no instance: the board
     # never a value: a key's deletion (a null value; `rankstream reshard-board` deletes the
     # records of a board's old shards): what that key held is void
     GONE = 5
     META = 6  # the member's meta on the board from this seq on (format 2; None: it has none)
+    CHUNK = 7  # many members' states and metas at one seq: a backfill's (format 2)
 
 
 STATE_V2 = _V2 | Kind.STATE  # the first byte of a format-2 state: replay's bulk (api/hotboards.py)
+CHUNK_V2 = _V2 | Kind.CHUNK
+_CHUNK = struct.Struct(">BQII")  # 0x20 | CHUNK, seq, members, bytes of the members' ids
+CHUNK_MEMBERS = 1000  # a chunk holds at most this many members
+CHUNK_BYTES = 256 * 1024  # and is cut before it grows past this (well under Kafka's 1 MB)
 V2_STATE = _V2_STATE  # a format-2 state's layout, which hot windows keep as is while loading
 # its fields' bytes: the seq and the score big-endian, the tie ms' low 6 bytes (TIE_BYTES)
 V2_SEQ, V2_SCORE, V2_TIE = slice(1, 9), slice(9, 17), slice(19, 25)
@@ -66,7 +75,7 @@ class UnknownFormatError(ValueError):
 class Record:
     kind: Kind
     board: str
-    instance: str  # "" for a marker, a meta record and a meta reset
+    instance: str  # "" for a marker, a meta record and a whole board's reset
     member: str  # "" for a marker and a reset
     score: float
     tie_ms: int
@@ -74,6 +83,9 @@ class Record:
     meta: bytes | None
     # the format it came in: a format-1 state or absence also says what the member's meta was
     version: int = 1
+
+
+ChunkRow = tuple[str, float, int, bytes | None]  # member, score, tie ms, meta
 
 
 def partition_for(board: str, partitions: int) -> int:
@@ -137,23 +149,58 @@ class RecordWriter:
             return None
         return _key(board, "", member), _V2_SEQ.pack(_V2 | Kind.META, seq) + (meta or b"")
 
-    def meta_reset(self, board: str, seq: int) -> tuple[bytes, bytes] | None:
-        """Every member's meta on the board was dropped at `seq` (a whole-board reset)."""
+    def chunk(
+        self, board: str, instance: str, number: int, seq: int, rows: Sequence[ChunkRow]
+    ) -> tuple[bytes, bytes] | None:
+        """Members' states in an instance and their metas, all at `seq`, in one record: what a
+        backfill publishes (None in format 1: one state record per member)."""
+        if self.version == 1 or not rows:
+            return None
+        states = b"".join(_V2_STATE.pack(STATE_V2, seq, score + 0.0, tie) for _, score, tie, _ in rows)
+        members = b"\0".join(member.encode() for member, _, _, _ in rows)
+        metas = b"\0".join(meta or b"" for _, _, _, meta in rows)
+        value = _CHUNK.pack(CHUNK_V2, seq, len(rows), len(members)) + states + members + metas
+        return f"{board}\0{instance}\0\0{number}".encode(), value
+
+    def board_reset(self, board: str, seq: int) -> tuple[bytes, bytes] | None:
+        """The whole board was emptied at `seq`: every window period (those no record named yet
+        too) and every member's meta (a whole-board reset; a backfill's end)."""
         if self.version == 1:
             return None
         return _key(board, "", ""), _V2_SEQ.pack(_V2 | Kind.RESET, seq)
 
 
 def deleted_key(key: bytes) -> Record | None:
-    """A key's deletion (a record with a null value) as a record of kind GONE; None for a meta
-    reset's key (nothing to void: a reset's seq is below every seq of the board's later layout,
-    as a window reset's is)."""
+    """A key's deletion (a record with a null value) as a record of kind GONE; None for a whole
+    board's reset's key and a chunk's (nothing to void: their seqs are below every seq of the board's
+    later layout, as a window reset's is, and a later backfill's chunks supersede them)."""
     parts = key.decode().split("\0")
     if len(parts) == 2:  # a marker's
         return Record(Kind.GONE, parts[0], "", "", 0.0, 0, 0, None, 2)
-    if not parts[1] and not parts[2]:
+    if len(parts) == 4 or (not parts[1] and not parts[2]):
         return None
     return Record(Kind.GONE, parts[0], parts[1], parts[2], 0.0, 0, 0, None, 2)
+
+
+def chunk_parts(value: bytes) -> tuple[int, list[bytes], list[bytes], list[bytes]]:
+    """A chunk's seq, and per member its state (a format-2 state's bytes), id and meta (b"": none)."""
+    _, seq, count, ids = _CHUNK.unpack_from(value)
+    start = _CHUNK.size
+    end = start + _V2_STATE.size * count
+    states = [value[at : at + _V2_STATE.size] for at in range(start, end, _V2_STATE.size)]
+    return seq, states, value[end : end + ids].split(b"\0"), value[end + ids :].split(b"\0")
+
+
+def decode_chunk(key: bytes, value: bytes) -> list[Record]:
+    """A chunk as one format-1 state record per member: a state, and the member's meta at its seq
+    (none, too, is a claim: it drops an older meta memory holds)."""
+    board, instance, _, _ = key.decode().split("\0")
+    seq, states, members, metas = chunk_parts(value)
+    out = []
+    for state, member, meta in zip(states, members, metas, strict=True):
+        _, _, score, tie = _V2_STATE.unpack(state)
+        out.append(Record(Kind.STATE, board, instance, member.decode(), score, tie, seq, meta or None, 1))
+    return out
 
 
 def decode(key: bytes, value: bytes) -> Record:

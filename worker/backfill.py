@@ -4,6 +4,10 @@ lock, the others skip) and by `rankstream backfill`.
 
 Every record is labelled with the board seq read *before* the scan: a change made during the
 scan is published live with a higher seq, and replay keeps the higher seq, whatever the order.
+After the states, a reset of the whole board (format 2: every window, and the meta; format 1:
+each instance Redis holds) at the seq before voids every older record: what the board held
+before a spell of not being hot (a member deleted meanwhile) does not come back. The reset comes
+after the states, so a node following the board live never sees it emptied.
 
 The flag (BoardKeys.hot_ready, "<seq>|<window>,<window>...") says which hot windows were
 backfilled; workers publish a board's markers only while the flag covers every window their
@@ -16,8 +20,10 @@ a board is backfilled once more, which replay takes as it takes any record."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 
 from common.boards import BoardsConfig, BoardType, Window, WindowKind
+from common.cache_records import CHUNK_BYTES, CHUNK_MEMBERS, ChunkRow
 from common.periods import parse_period
 from common.store import scan
 from common.store.encoding import (
@@ -31,6 +37,7 @@ from common.store.encoding import (
     window_packing,
 )
 from common.store.keys import BoardKeys, hot_flagged
+from common.store.scan import StateRow
 from common.store.shards import shard_names
 from common.store.topology import Store
 from worker.publisher import CachePublisher
@@ -69,6 +76,33 @@ def instance_packing(
     return window_packing(board_type, window, start)
 
 
+def _publish_instance(
+    publisher: CachePublisher, board: str, instance: str, seq: int, rows: Iterable[StateRow]
+) -> int:
+    """An instance's members, all labelled `seq`: in chunks (format 2), or one state record each
+    (format 1, whose records carry the meta); the members published."""
+    records = publisher.records
+    chunk: list[ChunkRow] = []
+    size = number = published = 0
+    for row in rows:
+        published += 1
+        if records.version == 1:
+            state = row.state
+            publisher.produce(
+                board,
+                records.state(board, instance, row.member, score=state.score, tie_ms=state.tie_ms,
+                              seq=seq, meta=row.meta),
+            )  # fmt: skip
+            continue
+        chunk.append((row.member, row.state.score, row.state.tie_ms, row.meta))
+        size += 40 + len(row.member) + len(row.meta or b"")
+        if len(chunk) >= CHUNK_MEMBERS or size >= CHUNK_BYTES:
+            publisher.produce(board, records.chunk(board, instance, number, seq, chunk))
+            chunk, size, number = [], 0, number + 1
+    publisher.produce(board, records.chunk(board, instance, number, seq, chunk))  # None if empty
+    return published
+
+
 def backfill_board(
     client: Store,
     publisher: CachePublisher,
@@ -89,28 +123,22 @@ def backfill_board(
         seq0 = int(client.get(keys.seq) or 0)
         records = publisher.records
         published = 0
-        if seq0 > 0:  # format 2: meta records of an earlier spell of being hot are void (the meta
-            # of members now without any, or of members gone, could have changed since)
-            publisher.produce(board, records.meta_reset(board, seq0 - 1))
-        metas: set[str] = set()
-        for instance, packing, mode in _instances(client, keys, windows, boards, board.split(":", 1)[0]):
-            for page in scan.state_pages(client, keys, instance, packing, mode):
-                for row in page:
-                    state = row.state
-                    publisher.produce(
-                        board,
-                        records.state(board, instance, row.member, score=state.score, tie_ms=state.tie_ms,
-                                      seq=seq0, meta=row.meta),
-                    )  # fmt: skip
-                    published += 1
-                    if row.meta and row.member not in metas:
-                        metas.add(row.member)
-                        publisher.produce(board, records.meta(board, row.member, seq0, row.meta))
+        instances = _instances(client, keys, windows, boards, board.split(":", 1)[0])
+        for instance, packing, mode in instances:
+            rows = (row for page in scan.state_pages(client, keys, instance, packing, mode) for row in page)
+            published += _publish_instance(publisher, board, instance, seq0, rows)
+        if seq0 > 0:  # what is older than the backfill and was not restated is void: changes
+            # made while the board was not hot (a member deleted then) were never published
+            whole = records.board_reset(board, seq0 - 1)  # format 2: every window and the meta
+            if whole is not None:
+                publisher.produce(board, whole)
+            for instance, _, _ in [] if whole is not None else instances:  # format 1: those held
+                publisher.produce(board, records.reset(board, instance, seq0 - 1))
         publisher.produce(board, records.marker(board, seq0))
         publisher.flush(timeout)
         client.sadd(hot_flagged(key_prefix), board)  # before the flag: every flag is listed
         client.set(keys.hot_ready, hot_flag(seq0, windows))
-        _log.info("hot board backfilled", extra={"board": board, "records": published, "seq": seq0})
+        _log.info("hot board backfilled", extra={"board": board, "members": published, "seq": seq0})
         return published
     finally:
         client.delete(keys.hot_lock)

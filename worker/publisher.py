@@ -116,7 +116,8 @@ class CachePublisher:
             self.produce(board, records.meta(board, member, seq, meta))
         for (board, instance), seq in resets.items():
             self.produce(
-                board, records.meta_reset(board, seq) if not instance else records.reset(board, instance, seq)
+                board,
+                records.board_reset(board, seq) if not instance else records.reset(board, instance, seq),
             )
         for board, seq in seqs.items():
             if self.backfilled(board):

@@ -29,13 +29,13 @@ def test_every_record_decodes_to_what_was_written(version):
 
 def test_format_2_carries_meta_in_records_of_its_own():
     w = RecordWriter(2)
-    meta, dropped, reset = w.meta(B, "a", 5, META), w.meta(B, "a", 6, None), w.meta_reset(B, 7)
+    meta, dropped, reset = w.meta(B, "a", 5, META), w.meta(B, "a", 6, None), w.board_reset(B, 7)
     assert meta and dropped and reset
     assert decode(*meta) == Record(Kind.META, B, "", "a", 0.0, 0, 5, META, 2)
     assert decode(*dropped) == Record(Kind.META, B, "", "a", 0.0, 0, 6, None, 2)
     assert decode(*reset) == Record(Kind.RESET, B, "", "", 0.0, 0, 7, None, 2)
     assert len(w.state(B, DAY, "a", score=1.0, tie_ms=2, seq=3, meta=META)[1]) == 25  # no meta inside
-    assert RecordWriter(1).meta(B, "a", 5, META) is None and RecordWriter(1).meta_reset(B, 7) is None
+    assert RecordWriter(1).meta(B, "a", 5, META) is None and RecordWriter(1).board_reset(B, 7) is None
 
 
 def test_deleted_keys_void_what_they_held():
@@ -45,7 +45,7 @@ def test_deleted_keys_void_what_they_held():
         Kind.GONE, B, DAY, "a", 0.0, 0, 0, None, 2
     )
     meta = w.meta(B, "a", 1, None)
-    reset = w.meta_reset(B, 1)
+    reset = w.board_reset(B, 1)
     assert meta and reset
     assert deleted_key(meta[0]) == Record(Kind.GONE, B, "", "a", 0.0, 0, 0, None, 2)
     assert deleted_key(reset[0]) is None
