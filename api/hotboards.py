@@ -128,10 +128,10 @@ class HotBoard:
             return
         stage, meta = window.stage, self.meta
         for member, state, held in zip(members, states, metas, strict=True):
-            if stage(member, state) and (held or len(meta)):
-                text = member.decode()
-                if held or text in meta:
-                    meta.take(text, seq, held or None, self._newer)
+            # a chunk's member says what its meta is, none too: taken where there is one or
+            # memory holds one (meta.held is re-read: a reset replaces it)
+            if stage(member, state) and (held or member in meta.held):
+                meta.take(member.decode(), seq, held or None, self._newer)
 
     def finish_loading(self) -> None:
         self._fold_staged_seqs()

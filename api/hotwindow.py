@@ -74,7 +74,8 @@ class HotWindow:
             return self._tombs.get(member, -1)
         if self.loading:
             seq: int = _U64.unpack_from(held, V2_SEQ.start)[0]
-            return seq
+            # a state a reset voided is dropped at the end of loading (`reset`)
+            return seq if not self._floored or seq > self._floor_of(member) else self._tombs.get(member, -1)
         return self._seq(held)
 
     def items(self) -> dict[str, tuple[float, int, int]]:
@@ -83,7 +84,8 @@ class HotWindow:
         if self.loading:
             for member, state in self._keys.items():
                 _, seq, score, tie = V2_STATE.unpack(state)
-                out[member.decode()] = (score, tie if self._mode is not TieMode.NONE else 0, seq)
+                if self._held_seq(member) == seq:  # not voided by a reset
+                    out[member.decode()] = (score, tie if self._mode is not TieMode.NONE else 0, seq)
             return out
         for member, key in self._keys.items():
             _, tie = memory_member(self._mode, self._desc, key[SCORE_BYTES:-9])
@@ -91,12 +93,14 @@ class HotWindow:
         return out
 
     def __len__(self) -> int:
+        """Members held (while loading: and states a reset voided, until the end of loading)."""
         return len(self._keys)
 
     def __contains__(self, member: object) -> bool:
         if not isinstance(member, str):
             return False
-        return member.encode() in self._keys
+        encoded = member.encode()
+        return encoded in self._keys and (not self.loading or self._held_seq(encoded) >= 0)
 
     def member_seq(self, member: str) -> int:
         """The seq of the member's state or delete held here; -1 if neither."""
@@ -173,11 +177,13 @@ class HotWindow:
         def void(member: bytes, at: int) -> bool:
             return at <= seq and (self._shards == 1 or shard_index_of(member, self._shards) == shard)
 
-        gone = [member for member in self._keys if void(member, self._held_seq(member))]
+        self._tombs = {member: at for member, at in self._tombs.items() if not void(member, at)}
+        if self.loading:  # the states it voids are dropped at the end, in the pass that builds keys
+            return True
+        gone = [member for member, key in self._keys.items() if void(member, self._seq(key))]
         for member in gone:
             del self._keys[member]
-        self._tombs = {member: at for member, at in self._tombs.items() if not void(member, at)}
-        if gone and not self.loading:
+        if gone:
             self._list = SortedList(self._keys.values())  # rare: one sort beats many removals
         return True
 
@@ -187,6 +193,14 @@ class HotWindow:
         if not self.loading:
             return
         make, keys = self._make, self._keys
+        if self._floored:  # states a reset voided while loading
+            if self._shards == 1:
+                floor = _U64.pack(self._floor[0])
+                void = [member for member, state in keys.items() if state[V2_SEQ] <= floor]
+            else:
+                void = [member for member in keys if self._held_seq(member) < 0]
+            for member in void:
+                del keys[member]
         for member, state in keys.items():  # in place: each key takes the place of its state
             keys[member] = make(state, member)
         self._list = SortedList(keys.values())

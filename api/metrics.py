@@ -42,6 +42,14 @@ class ApiMetrics:
         )
         self.hot_ready = Gauge("rankstream_api_hot_ready", "1 once every hot board is in memory", registry=r)
         self._series: dict[tuple[str, int], tuple[Histogram, Counter]] = {}
+        self._hot_reads: dict[str, Counter] = {}
+
+    def hot_read(self, board: str) -> None:
+        """One read answered from a hot board's memory (its labelled series kept per board)."""
+        series = self._hot_reads.get(board)
+        if series is None:
+            series = self._hot_reads[board] = self.hot_reads.labels(board)
+        series.inc()
 
     def watch_warm(self, cache: WarmCache, feed: ChangeFeed) -> None:
         """The warm cache's counters, read when /metrics is scraped (nothing per request)."""

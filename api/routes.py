@@ -23,6 +23,7 @@ from common.store.keys import BoardKeys
 # any segment reaches the handler, so a malformed id gets its own 400 rather than a route miss
 ROUTE_PREFIX = "/v1/boards/{board:[^/]+}"
 MAX_READERS = 10_000  # Redis readers kept, one per (board, window instance) read
+MAX_HOT_ANSWERS = 4096  # answers from memory kept, one per request (path and query)
 
 
 def json(body: dict[str, Any], status: int = 200) -> web.Response:
@@ -36,7 +37,7 @@ def reader_for(request: web.Request, where: Target) -> BoardReader:
     if hot is not None:
         if not hot.ready:
             raise ApiError(503, "warming_up", "this node is still loading the board into memory")
-        state.metrics.hot_reads.labels(where.board).inc()
+        state.metrics.hot_read(where.board)
         return MemoryBoardReader(hot, where.instance)
     known = state.redis_readers.get((where.board, where.instance))
     if known is None:
@@ -62,6 +63,7 @@ def warm(handler: Handler) -> Handler:
         if hot is not None:
             kept = state.hot_answers.get(request.raw_path)
             if kept is not None and kept[0] == hot.version and state.clock() < kept[1] and hot.ready:
+                state.metrics.hot_read(hot.board)
                 return web.Response(body=kept[2], content_type="application/json")
         found = state.warm.get(request.raw_path)  # (a hot board's windows that are not hot)
         if found is not None:
@@ -84,6 +86,8 @@ async def answer(
         version = state.hot.boards[where.board].version  # before the read: a change bumps it
         body = orjson.dumps(await build())
         if not where.trend:
+            if len(state.hot_answers) >= MAX_HOT_ANSWERS:
+                state.hot_answers.clear()  # cheaper per read than an LRU; refilled as they are read
             state.hot_answers[request.raw_path] = (version, where.until_ms, body)
         return web.Response(body=body, content_type="application/json")
     if reader.source == "redis":

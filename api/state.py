@@ -6,7 +6,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from aiohttp import web
-from cachetools import LRUCache
 
 from api.hotboards import HotBoards
 from api.metrics import ApiMetrics
@@ -32,7 +31,7 @@ class ApiState:
     metrics: ApiMetrics = field(default_factory=ApiMetrics)
     # serialised answers from hot boards' memory by request (path and query): (the board's
     # version, valid until (ms), body): never stale (api/routes.py)
-    hot_answers: LRUCache[str, tuple[int, int, bytes]] = field(default_factory=lambda: LRUCache(4096))
+    hot_answers: dict[str, tuple[int, int, bytes]] = field(default_factory=dict)
     # a Redis reader per (board, window instance) read lately (api/routes.py reader_for)
     redis_readers: dict[tuple[str, str], BoardReader] = field(default_factory=dict)
     # started by SIGTERM/SIGINT (api/main.py): the drain and every cleanup step wait within it
