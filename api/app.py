@@ -18,6 +18,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from api.front import Front, InFlight
 from api.hotboards import HotBoards
+from api.httpcache import cache_control
 from api.routes import add_routes, json
 from api.state import APP_STATE, ApiState
 from api.warm import ChangeFeed, WarmCache
@@ -132,6 +133,12 @@ def create_app(settings: Settings, boards: BoardsConfig, clock: Clock = system_m
         hot=HotBoards(settings, boards, clock),
         max_future_skew_s=settings.max_future_skew_s,
         clock=clock,
+        cache_public=cache_control(
+            settings.http_max_age_s, settings.http_stale_while_revalidate_s, private=False
+        ),
+        cache_private=cache_control(
+            settings.http_max_age_s, settings.http_stale_while_revalidate_s, private=True
+        ),
     )
     tracker = InFlight()
     front = Front(state.metrics, tracker)

@@ -72,6 +72,7 @@ class HotBoard:
     # its names in Redis: records of another shard count's (left from before `rankstream
     # reshard-board`, until compaction drops them) are not this board's
     names: frozenset[str] = field(init=False)
+    shard_names: tuple[str, ...] = field(init=False)  # the same, shard 0 first
     # while replaying: window by its instance as a record key spells it, and per name the newest
     # seq staged (big-endian bytes) (`stage`: a format-2 state's fast path)
     _staging: dict[bytes, HotWindow] = field(init=False, default_factory=dict)
@@ -80,7 +81,8 @@ class HotBoard:
     floors: list[int] = field(init=False)
 
     def __post_init__(self) -> None:
-        self.names = frozenset(shard_names(self.board, self.shards))
+        self.shard_names = shard_names(self.board, self.shards)
+        self.names = frozenset(self.shard_names)
         self.meta = HotMeta(self.shards)
         self.floors = [-1] * self.shards
 
@@ -90,6 +92,16 @@ class HotBoard:
         if self._staged_seqs:
             self._fold_staged_seqs()
         return sum(self.seqs.values())
+
+    def settled_seqs(self) -> list[int] | None:
+        """Each shard's seq (shard 0 first) while memory stands between two of the board's
+        batches (each shard's newest marker is its newest seq: memory holds exactly what Redis
+        held at those seqs); None in the middle of a batch."""
+        if self._staged_seqs:
+            self._fold_staged_seqs()
+        seqs = [self.seqs.get(name, 0) for name in self.shard_names]
+        markers = [self.markers.get(name, 0) for name in self.shard_names]
+        return seqs if seqs == markers else None
 
     def _fold_staged_seqs(self) -> None:
         for name, seq in self._staged_seqs.items():

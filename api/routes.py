@@ -13,6 +13,7 @@ from aiohttp.typedefs import Handler
 from api import queries
 from api.errors import ApiError
 from api.front import Front
+from api.httpcache import NO_STORE, canonical, etag, headers, matches, respond
 from api.memory_reader import MemoryBoardReader
 from api.params import MAX_AROUND, MAX_LIMIT, Target, int_param, member_id, score_param, target
 from api.reader import BoardReader
@@ -24,6 +25,12 @@ from common.store.keys import BoardKeys
 ROUTE_PREFIX = "/v1/boards/{board:[^/]+}"
 MAX_READERS = 10_000  # Redis readers kept, one per (board, window instance) read
 MAX_HOT_ANSWERS = 4096  # answers from memory kept, one per request (path and query)
+# the parameters each route reads (api/params.py), sorted: what an answer's ETag covers
+_TARGET = ("at", "order", "period", "ties", "trend", "window")
+TOP_PARAMS = tuple(sorted((*_TARGET, "limit", "me", "offset")))
+AROUND_PARAMS = tuple(sorted((*_TARGET, "n")))
+COUNT_PARAMS = tuple(sorted((*_TARGET, "max", "min")))
+RANK_PARAMS = tuple(sorted((*_TARGET, "score")))
 
 
 def json(body: dict[str, Any], status: int = 200) -> web.Response:
@@ -51,10 +58,19 @@ def reader_for(request: web.Request, where: Target) -> BoardReader:
     return known
 
 
+def control(request: web.Request) -> str:
+    """The Cache-Control of a read answer: none kept for nocache=1, only the caller's for `me=`."""
+    state = request.app[APP_STATE]
+    query = request.query
+    if query.get("nocache") == "1":
+        return NO_STORE
+    return state.cache_private if "me" in query else state.cache_public
+
+
 def warm(handler: Handler) -> Handler:
     """A GET route whose answers are kept: a hot board's from memory while its version stands
     (`answer`), any other board's by the warm cache (api/warm.py). An answer kept for this very
-    request (path and query) is served as it is, before any parameter is parsed."""
+    request (path and query) is served as it is, or a 304, before any parameter is parsed."""
 
     @functools.wraps(handler)
     async def serve(request: web.Request) -> web.StreamResponse:
@@ -64,42 +80,75 @@ def warm(handler: Handler) -> Handler:
             kept = state.hot_answers.get(request.raw_path)
             if kept is not None and kept[0] == hot.version and state.clock() < kept[1] and hot.ready:
                 state.metrics.hot_read(hot.board)
-                return web.Response(body=kept[2], content_type="application/json")
+                return respond(request, kept[2], kept[3])
         found = state.warm.get(request.raw_path)  # (a hot board's windows that are not hot)
         if found is not None:
-            return web.Response(body=found.body, content_type="application/json")
+            return respond(request, found.body, found.headers)
         return await handler(request)
 
     return serve
 
 
+def tagger(
+    request: web.Request, where: Target, params: tuple[str, ...], source: str
+) -> Callable[[list[int]], str]:
+    """The ETag of this request's answer given the seqs it reflects (api/httpcache.py)."""
+    form = canonical(request, params)
+    previous = where.previous.instance if where.previous is not None else ""
+    return lambda seqs: etag(form, where.instance, previous, source, seqs)
+
+
 async def answer(
-    request: web.Request, where: Target, reader: BoardReader, build: Callable[[], Awaitable[dict[str, Any]]]
+    request: web.Request,
+    where: Target,
+    reader: BoardReader,
+    build: Callable[[], Awaitable[dict[str, Any]]],
+    params: tuple[str, ...],
 ) -> web.Response:
-    """`build()`'s answer, kept unless the request says nocache=1: from memory while the board's
-    version stands (unless it read the previous period, which may live in Redis: trend=1), from
-    Redis by the warm cache."""
+    """`build()`'s answer with its caching headers (a 304 if the caller holds it), kept unless
+    the request says nocache=1: from memory while the board's version stands (unless it read the
+    previous period, which may live in Redis: trend=1), from Redis by the warm cache.
+
+    ETags: an answer from memory has one while memory stands between two of the board's batches
+    (each shard's seq is then Redis' own at that seq); one from Redis, the seq it read, except a
+    sharded board's (its shards are read one by one) and answers made of two reads (`me=`,
+    `trend=1`)."""
     state = request.app[APP_STATE]
     if request.query.get("nocache") == "1":
-        return json(await build())
+        return respond(request, orjson.dumps(await build()), headers(None, NO_STORE))
+    single = not where.trend and "me" not in request.query  # one read makes the whole answer
     if reader.source == "memory":
-        version = state.hot.boards[where.board].version  # before the read: a change bumps it
+        hot = state.hot.boards[where.board]
+        version, seqs = hot.version, hot.settled_seqs()  # before the read: a change bumps them
         body = orjson.dumps(await build())
+        tag = None if seqs is None or where.trend else tagger(request, where, params, "memory")(seqs)
+        held = headers(tag, control(request))
         if not where.trend:
             if len(state.hot_answers) >= MAX_HOT_ANSWERS:
                 state.hot_answers.clear()  # cheaper per read than an LRU; refilled as they are read
-            state.hot_answers[request.raw_path] = (version, where.until_ms, body)
-        return web.Response(body=body, content_type="application/json")
-    if reader.source == "redis":
+            state.hot_answers[request.raw_path] = (version, where.until_ms, body, held)
+        return respond(request, body, held)
+    tag_of = tagger(request, where, params, "redis") if single and where.board_type.shards == 1 else None
+    if tag_of is not None and "If-None-Match" in request.headers:  # the seq first: one GET
+        seq = await state.redis.call("GET", BoardKeys(state.key_prefix, where.board).seq)
+        tag = tag_of([int(seq or 0)])
+        if matches(request, tag):
+            return respond(request, b"", headers(tag, control(request)))
 
-        async def read() -> tuple[bytes, int]:
-            body = await build()
-            return orjson.dumps(body), int(body["seq"])
+    async def read() -> tuple[bytes, int]:
+        body = await build()
+        return orjson.dumps(body), int(body["seq"])
 
-        kept = await state.warm.load(request.raw_path, where.board, where.until_ms, read)
-        if kept is not None:
-            return web.Response(body=kept.body, content_type="application/json")
-    return json(await build())
+    scope = control(request)
+    kept = await state.warm.load(
+        request.raw_path, where.board, where.until_ms, read,
+        lambda seq: headers(tag_of([seq]) if tag_of is not None else None, scope),
+    )  # fmt: skip
+    if kept is not None:
+        return respond(request, kept.body, kept.headers)
+    built = await build()
+    tag = tag_of([int(built["seq"])]) if tag_of is not None else None
+    return respond(request, orjson.dumps(built), headers(tag, scope))
 
 
 @warm
@@ -117,7 +166,7 @@ async def top(request: web.Request) -> web.Response:
             body["me"] = await queries.me_item(reader, where, me)
         return await _trend(request, where, body) if where.trend else body
 
-    return await answer(request, where, reader, build)
+    return await answer(request, where, reader, build, TOP_PARAMS)
 
 
 async def _trend(request: web.Request, where: Target, body: dict[str, Any]) -> dict[str, Any]:
@@ -137,7 +186,7 @@ async def member(request: web.Request) -> web.Response:
     async def build() -> dict[str, Any]:
         return await _trend(request, where, await queries.member_answer(reader, where, name))
 
-    return await answer(request, where, reader, build)
+    return await answer(request, where, reader, build, _TARGET)
 
 
 @warm
@@ -150,7 +199,7 @@ async def around(request: web.Request) -> web.Response:
     async def build() -> dict[str, Any]:
         return await _trend(request, where, await queries.around_answer(reader, where, name, n))
 
-    return await answer(request, where, reader, build)
+    return await answer(request, where, reader, build, AROUND_PARAMS)
 
 
 async def lookup(request: web.Request) -> web.Response:
@@ -176,7 +225,9 @@ async def count(request: web.Request) -> web.Response:
     low = score_param(request, "min", float("-inf"))
     high = score_param(request, "max", float("inf"))
     reader = reader_for(request, where)
-    return await answer(request, where, reader, lambda: queries.count_answer(reader, where, low, high))
+    return await answer(
+        request, where, reader, lambda: queries.count_answer(reader, where, low, high), COUNT_PARAMS
+    )
 
 
 @warm
@@ -186,7 +237,9 @@ async def rank(request: web.Request) -> web.Response:
     if score in (float("inf"), float("-inf")):
         raise ApiError(400, "bad_parameter", "score must be finite")
     reader = reader_for(request, where)
-    return await answer(request, where, reader, lambda: queries.rank_answer(reader, where, score))
+    return await answer(
+        request, where, reader, lambda: queries.rank_answer(reader, where, score), RANK_PARAMS
+    )
 
 
 def add_routes(app: web.Application, front: Front) -> None:

@@ -28,10 +28,13 @@ class ApiState:
     hot: HotBoards
     max_future_skew_s: int  # bounds at= and period= like event times (docs/contract.md §2)
     clock: Clock = system_ms  # the service's clock (common/clock.py)
+    # Cache-Control of read answers, public and private (api/httpcache.py): from settings
+    cache_public: str = "public, max-age=1, stale-while-revalidate=5"
+    cache_private: str = "private, max-age=1, stale-while-revalidate=5"
     metrics: ApiMetrics = field(default_factory=ApiMetrics)
     # serialised answers from hot boards' memory by request (path and query): (the board's
-    # version, valid until (ms), body): never stale (api/routes.py)
-    hot_answers: dict[str, tuple[int, int, bytes]] = field(default_factory=dict)
+    # version, valid until (ms), body, HTTP headers): never stale (api/routes.py)
+    hot_answers: dict[str, tuple[int, int, bytes, dict[str, str]]] = field(default_factory=dict)
     # a Redis reader per (board, window instance) read lately (api/routes.py reader_for)
     redis_readers: dict[tuple[str, str], BoardReader] = field(default_factory=dict)
     # started by SIGTERM/SIGINT (api/main.py): the drain and every cleanup step wait within it

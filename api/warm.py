@@ -50,7 +50,8 @@ CHECKS_MISSED = 3  # no successful seq check for this many intervals: nothing is
 RECONNECT_S = (0.05, 1.0)  # the change feed's first and longest wait between attempts
 
 Stamp = tuple[int, int]
-ANSWER_OVERHEAD = 300  # bytes an answer costs besides its body and key (entry, LRU links), about
+ANSWER_OVERHEAD = 560  # bytes an answer costs besides its body and key (entry, LRU links, its
+# headers: a dict of 184 B and an ETag of 75), about
 
 
 def _size(answer: Answer) -> int:
@@ -108,6 +109,7 @@ class Answer:
     stamp: Stamp
     until_ms: int  # served while the clock is before this
     seq: int
+    headers: dict[str, str]  # its HTTP headers (api/httpcache.py)
 
 
 class WarmCache:
@@ -158,10 +160,16 @@ class WarmCache:
         return self.epoch, self._generations.setdefault(board, 0)
 
     async def load(
-        self, key: str, board: str, until_ms: int, read: Callable[[], Awaitable[tuple[bytes, int]]]
+        self,
+        key: str,
+        board: str,
+        until_ms: int,
+        read: Callable[[], Awaitable[tuple[bytes, int]]],
+        headers: Callable[[int], dict[str, str]],
     ) -> Answer | None:
         """Read (body, seq) once for every identical request in flight with the same stamp and
-        keep it if the stamp is still current; None: not cacheable now (read it directly)."""
+        keep it, with its HTTP `headers(seq)`, if the stamp is still current; None: not
+        cacheable now (read it directly)."""
         stamp = self.stamp(board)
         if stamp is None:
             return None
@@ -187,7 +195,7 @@ class WarmCache:
             raise
         finally:
             del self._loading[loading]
-        answer = Answer(key, body, board, stamp, until_ms, seq)
+        answer = Answer(key, body, board, stamp, until_ms, seq, headers(seq))
         future.set_result(answer)
         if stamp == self.stamp(board) and _size(answer) <= self._answers.maxsize:
             self._answers[key] = answer

@@ -313,6 +313,19 @@ class Settings(BaseModel):
         description="How often (seconds) an API node compares the seq of the boards it keeps answers "
         "of with Redis: the bound on staleness when a change notice is lost.",
     )
+    http_max_age_s: int = Field(
+        default=1,
+        ge=0,
+        description="`Cache-Control: max-age` of read answers (seconds): how long a browser or a "
+        "CDN may serve one without asking again. Viewers of a live room poll every second or two. "
+        "See [HTTP caching](http-api.md#caching).",
+    )
+    http_stale_while_revalidate_s: int = Field(
+        default=5,
+        ge=0,
+        description="`stale-while-revalidate` of read answers (seconds): how long after max-age a "
+        "cache may still serve one while it asks again in the background.",
+    )
     top_cache_ttl_s: float = Field(
         default=1.0,
         ge=0,

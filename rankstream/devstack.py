@@ -22,6 +22,7 @@ from rankstream.stack import (
     docker_engine_available,
     ensure_java,
     ensure_kafka_jars,
+    ensure_nginx,
     ensure_redis_server,
     pid_alive,
     port_open,
@@ -59,9 +60,10 @@ class DevStack:
         self.redis = LocalRedis("redis", self.folder / "redis", port=redis_port, persist=True)
 
     def prepare(self) -> str:
-        """Install or fetch what the servers need (Redis binary, Java check, Kafka jars); start nothing."""
+        """Install or fetch what the servers need (Redis binary, Java check, Kafka jars, and nginx,
+        the HTTP cache the tests put in front of an API node); start nothing."""
         redis_server, java, jars = ensure_redis_server(), ensure_java(), ensure_kafka_jars()
-        return f"ready: {redis_server}, {java}, Kafka {KAFKA_VERSION} jars in {jars}"
+        return f"ready: {redis_server}, {java}, Kafka {KAFKA_VERSION} jars in {jars}, {ensure_nginx()}"
 
     def _running(self, server: LocalKafka | LocalRedis, port: int) -> bool:
         pid = read_pid(server.pid_file)

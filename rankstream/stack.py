@@ -30,6 +30,7 @@ from common.errors import StackError
 
 KAFKA_VERSION = "4.1.1"
 REDIS_INSTALL_HINT = "install it: apt-get install redis-server (Debian/Ubuntu) or brew install redis (macOS)"
+NGINX_INSTALL_HINT = "install it: apt-get install nginx-light (Debian/Ubuntu) or brew install nginx (macOS)"
 _log = logging.getLogger(__name__)
 
 
@@ -154,19 +155,29 @@ def ensure_kafka_jars(version: str = KAFKA_VERSION) -> Path:
 
 def ensure_redis_server() -> str:
     """Path of redis-server; installs Debian's package when missing and we are root."""
-    found = shutil.which("redis-server")
+    return _debian_binary("redis-server", "redis-server", REDIS_INSTALL_HINT)
+
+
+def ensure_nginx() -> str:
+    """Path of nginx, the HTTP cache the tests put in front of an API node (as a CDN would be);
+    installs Debian's nginx-light when missing and we are root."""
+    return _debian_binary("nginx", "nginx-light", NGINX_INSTALL_HINT)
+
+
+def _debian_binary(name: str, package: str, hint: str) -> str:
+    found = shutil.which(name) or shutil.which(name, path="/usr/sbin:/sbin")
     if found:
         return found
     if os.geteuid() == 0 and shutil.which("apt-get"):
-        _log.info("redis-server missing: installing Debian's package")
+        _log.info("%s missing: installing Debian's package %s", name, package)
         env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        for argv in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "redis-server"]):
+        for argv in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", package]):
             proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600, check=False)
             if proc.returncode != 0:
                 raise StackError(f"{' '.join(argv)} failed: {proc.stderr.strip()[-200:]}")
-        found = shutil.which("redis-server")
+        found = shutil.which(name) or shutil.which(name, path="/usr/sbin:/sbin")
     if not found:
-        raise StackError(f"redis-server not found: {REDIS_INSTALL_HINT}")
+        raise StackError(f"{name} not found: {hint}")
     return found
 
 

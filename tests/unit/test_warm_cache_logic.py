@@ -15,7 +15,7 @@ def loaded(cache: WarmCache, key: str, board: str, body: bytes = b"{}") -> None:
     async def read() -> tuple[bytes, int]:
         return body, 7
 
-    asyncio.run(cache.load(key, board, 2**62, read))
+    asyncio.run(cache.load(key, board, 2**62, read, lambda seq: {}))
 
 
 def test_nothing_is_served_once_the_seq_check_falls_behind():
