@@ -22,7 +22,9 @@ absolute numbers):
    ratios `redis_vs_bare`, `member_vs_bare`, `around_vs_bare`, `lookup500_vs_bare`.
 3. `warm_top10_rps`: GET .../top?limit=10 (no nocache): the API answers it from its in-memory
    cache of an unchanged board; `warm_top10_vs_bare`. `cached_top10_*` / `cached_vs_bare*` are
-   the same measurement under their old names (equal to `warm_top10_*`).
+   the same measurement under their old names (equal to `warm_top10_*`). `not_modified_rps`:
+   the same request with If-None-Match naming its answer's ETag, so each answer is a 304
+   (bench/lua/not_modified.lua); `not_modified_vs_bare`.
 4. `<read>_p99_ms_at_half` (and p50) for the four uncached reads: each at half its own measured
    maximum, at a constant rate, cycling through RATE_REQUESTS (10,000) distinct pre-generated
    requests (bench/harness/rate.py --requests), each request timed from its *scheduled* send time:
@@ -48,6 +50,8 @@ from __future__ import annotations
 import os
 import random
 import time
+import urllib.error
+import urllib.request
 
 from bench.api.reads import (
     BOARD,
@@ -65,7 +69,7 @@ from bench.api.reads import (
 from bench.api.rows import AT_MOST, GOALS, ROWS
 from bench.api.summary import summarize
 from bench.api.visibility import warm_visibility
-from bench.common import REPO, Result, say
+from bench.common import REPO, BenchError, Result, say
 from bench.harness.bare import have_uvloop, start_bare
 from bench.harness.fill import board_applier, fill
 from bench.harness.nodes import start_api
@@ -73,7 +77,7 @@ from bench.harness.probes import get_json, http_get, wait_ready
 from bench.harness.processes import children, rss_bytes
 from bench.harness.report import header
 from bench.harness.stack import private_stack
-from bench.harness.wrk import WRK_CONNECTIONS, Target, wrk_knobs, wrk_rounds
+from bench.harness.wrk import WRK_CONNECTIONS, Script, Target, wrk_knobs, wrk_rounds
 from common.boards import load_boards
 from rankstream.topics import ensure_topics
 
@@ -82,6 +86,22 @@ __all__ = ["AT_MOST", "GOALS", "ROWS", "run"]
 FOLDER = REPO / ".stack" / "bench" / "api"
 BOARDS_YAML = "timezone: UTC\ntypes:\n  gift: {windows: [total]}\n"
 SEED = 20261123
+
+
+NOT_MODIFIED = REPO / "bench" / "lua" / "not_modified.lua"
+
+
+def not_modified(url: str) -> str:
+    """The ETag of `url`'s answer, checked to get a 304 when sent back in If-None-Match."""
+    with urllib.request.urlopen(url, timeout=10) as resp:  # noqa: S310 - the bench's own API
+        tag = resp.headers["ETag"]
+    request = urllib.request.Request(url, headers={"If-None-Match": tag})  # noqa: S310
+    try:
+        urllib.request.urlopen(request, timeout=10).close()  # noqa: S310
+    except urllib.error.HTTPError as exc:  # urllib raises on a 304
+        if exc.code == 304:
+            return str(tag)
+    raise BenchError(f"{url} with If-None-Match {tag} did not answer 304")
 
 
 def run() -> Result:
@@ -117,6 +137,9 @@ def run() -> Result:
         for i, read in enumerate(READS):
             targets.append(Target(read.name, f"{base}/", api_pids, wrk_script(read, SEED + i)))
         targets.append(Target("warm_top10", warm_url, api_pids))
+        targets.append(
+            Target("not_modified", warm_url, api_pids, Script(NOT_MODIFIED, (not_modified(warm_url),)))
+        )
         results = wrk_rounds(targets, rounds, duration)
         for read in READS:
             check_wrk_info(read, results[read.name]["info"])

@@ -34,6 +34,8 @@ ROWS = [
     Row("around_rps"),
     Row("lookup500_rps"),
     Row("warm_top10_rps"),
+    Row("not_modified_rps"),
+    Row("not_modified_vs_bare"),
     Row("cached_top10_rps"),
     _goal("redis_vs_bare"),
     _goal("member_vs_bare"),

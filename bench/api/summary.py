@@ -24,6 +24,7 @@ RATIOS = {
     "around": "around_vs_bare",
     "lookup500": "lookup500_vs_bare",
     "warm_top10": "warm_top10_vs_bare",
+    "not_modified": "not_modified_vs_bare",
 }
 
 
