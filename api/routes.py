@@ -24,7 +24,8 @@ from common.store.keys import BoardKeys
 # any segment reaches the handler, so a malformed id gets its own 400 rather than a route miss
 ROUTE_PREFIX = "/v1/boards/{board:[^/]+}"
 MAX_READERS = 10_000  # Redis readers kept, one per (board, window instance) read
-MAX_HOT_ANSWERS = 4096  # answers from memory kept, one per request (path and query)
+MAX_HOT_ANSWERS = 4096  # answers from memory kept, one per request's canonical form
+MAX_REQUEST_KEYS = 20_000  # requests (path and query) seen lately -> their canonical form
 # the parameters each route reads (api/params.py), sorted: what an answer's ETag covers
 _TARGET = ("at", "order", "period", "ties", "trend", "window")
 TOP_PARAMS = tuple(sorted((*_TARGET, "limit", "me", "offset")))
@@ -68,20 +69,24 @@ def control(request: web.Request) -> str:
 
 
 def warm(handler: Handler) -> Handler:
-    """A GET route whose answers are kept: a hot board's from memory while its version stands
-    (`answer`), any other board's by the warm cache (api/warm.py). An answer kept for this very
-    request (path and query) is served as it is, or a 304, before any parameter is parsed."""
+    """A GET route whose answers are kept, by the request's canonical form (api/httpcache.py): a
+    hot board's from memory while its version stands (`answer`), any other board's by the warm
+    cache (api/warm.py). A request seen before (the same path and query) is served what is kept
+    for its canonical form, or a 304, before any parameter is parsed."""
 
     @functools.wraps(handler)
     async def serve(request: web.Request) -> web.StreamResponse:
         state = request.app[APP_STATE]
+        key = state.request_keys.get(request.raw_path)
+        if key is None:
+            return await handler(request)
         hot = state.hot.boards.get(request.match_info["board"])
         if hot is not None:
-            kept = state.hot_answers.get(request.raw_path)
+            kept = state.hot_answers.get(key)
             if kept is not None and kept[0] == hot.version and state.clock() < kept[1] and hot.ready:
                 state.metrics.hot_read(hot.board)
                 return respond(request, kept[2], kept[3])
-        found = state.warm.get(request.raw_path)  # (a hot board's windows that are not hot)
+        found = state.warm.get(key)  # (a hot board's windows that are not hot)
         if found is not None:
             return respond(request, found.body, found.headers)
         return await handler(request)
@@ -89,11 +94,9 @@ def warm(handler: Handler) -> Handler:
     return serve
 
 
-def tagger(
-    request: web.Request, where: Target, params: tuple[str, ...], source: str
-) -> Callable[[list[int]], str]:
-    """The ETag of this request's answer given the seqs it reflects (api/httpcache.py)."""
-    form = canonical(request, params)
+def tagger(form: str, where: Target, source: str) -> Callable[[list[int]], str]:
+    """The ETag of the answer to the request of canonical form `form`, given the seqs it
+    reflects (api/httpcache.py)."""
     previous = where.previous.instance if where.previous is not None else ""
     return lambda seqs: etag(form, where.instance, previous, source, seqs)
 
@@ -105,9 +108,10 @@ async def answer(
     build: Callable[[], Awaitable[dict[str, Any]]],
     params: tuple[str, ...],
 ) -> web.Response:
-    """`build()`'s answer with its caching headers (a 304 if the caller holds it), kept unless
-    the request says nocache=1: from memory while the board's version stands (unless it read the
-    previous period, which may live in Redis: trend=1), from Redis by the warm cache.
+    """`build()`'s answer with its caching headers (a 304 if the caller holds it), kept by the
+    request's canonical form unless it says nocache=1: from memory while the board's version
+    stands (unless it read the previous period, which may live in Redis: trend=1), from Redis by
+    the warm cache.
 
     ETags: an answer from memory has one while memory stands between two of the board's batches
     (each shard's seq is then Redis' own at that seq); one from Redis, the seq it read, except a
@@ -116,39 +120,63 @@ async def answer(
     state = request.app[APP_STATE]
     if request.query.get("nocache") == "1":
         return respond(request, orjson.dumps(await build()), headers(None, NO_STORE))
-    single = not where.trend and "me" not in request.query  # one read makes the whole answer
+    key = canonical(request, params)  # what is kept, and what the ETag covers
+    if len(state.request_keys) >= MAX_REQUEST_KEYS:
+        state.request_keys.clear()  # cheaper per read than an LRU; refilled as requests come
+    state.request_keys[request.raw_path] = key
     if reader.source == "memory":
-        hot = state.hot.boards[where.board]
-        version, seqs = hot.version, hot.settled_seqs()  # before the read: a change bumps them
-        body = orjson.dumps(await build())
-        tag = None if seqs is None or where.trend else tagger(request, where, params, "memory")(seqs)
-        held = headers(tag, control(request))
-        if not where.trend:
-            if len(state.hot_answers) >= MAX_HOT_ANSWERS:
-                state.hot_answers.clear()  # cheaper per read than an LRU; refilled as they are read
-            state.hot_answers[request.raw_path] = (version, where.until_ms, body, held)
-        return respond(request, body, held)
-    tag_of = tagger(request, where, params, "redis") if single and where.board_type.shards == 1 else None
+        return await _from_memory(request, where, key, build)
+    found = state.warm.get(key)  # kept for another request of this canonical form
+    if found is not None:
+        return respond(request, found.body, found.headers)
+    return await _from_redis(request, where, key, build)
+
+
+async def _from_memory(
+    request: web.Request, where: Target, key: str, build: Callable[[], Awaitable[dict[str, Any]]]
+) -> web.Response:
+    state = request.app[APP_STATE]
+    hot = state.hot.boards[where.board]
+    kept = state.hot_answers.get(key)  # kept for another request of this canonical form
+    if kept is not None and kept[0] == hot.version and state.clock() < kept[1]:
+        return respond(request, kept[2], kept[3])
+    version, seqs = hot.version, hot.settled_seqs()  # before the read: a change bumps them
+    body = orjson.dumps(await build())
+    tag = None if seqs is None or where.trend else tagger(key, where, "memory")(seqs)
+    held = headers(tag, control(request))
+    if not where.trend:
+        if len(state.hot_answers) >= MAX_HOT_ANSWERS:
+            state.hot_answers.clear()  # cheaper per read than an LRU; refilled as they are read
+        state.hot_answers[key] = (version, where.until_ms, body, held)
+    return respond(request, body, held)
+
+
+async def _from_redis(
+    request: web.Request, where: Target, key: str, build: Callable[[], Awaitable[dict[str, Any]]]
+) -> web.Response:
+    state = request.app[APP_STATE]
+    single = not where.trend and "me" not in request.query  # one read makes the whole answer
+    tag_of = tagger(key, where, "redis") if single and where.board_type.shards == 1 else None
+    scope = control(request)
     if tag_of is not None and "If-None-Match" in request.headers:  # the seq first: one GET
         seq = await state.redis.call("GET", BoardKeys(state.key_prefix, where.board).seq)
         tag = tag_of([int(seq or 0)])
         if matches(request, tag):
-            return respond(request, b"", headers(tag, control(request)))
+            return respond(request, b"", headers(tag, scope))
 
     async def read() -> tuple[bytes, int]:
         body = await build()
         return orjson.dumps(body), int(body["seq"])
 
-    scope = control(request)
     kept = await state.warm.load(
-        request.raw_path, where.board, where.until_ms, read,
+        key, where.board, where.until_ms, read,
         lambda seq: headers(tag_of([seq]) if tag_of is not None else None, scope),
     )  # fmt: skip
     if kept is not None:
         return respond(request, kept.body, kept.headers)
     built = await build()
-    tag = tag_of([int(built["seq"])]) if tag_of is not None else None
-    return respond(request, orjson.dumps(built), headers(tag, scope))
+    read_tag = tag_of([int(built["seq"])]) if tag_of is not None else None
+    return respond(request, orjson.dumps(built), headers(read_tag, scope))
 
 
 @warm

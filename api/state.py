@@ -32,7 +32,9 @@ class ApiState:
     cache_public: str = "public, max-age=1, stale-while-revalidate=5"
     cache_private: str = "private, max-age=1, stale-while-revalidate=5"
     metrics: ApiMetrics = field(default_factory=ApiMetrics)
-    # serialised answers from hot boards' memory by request (path and query): (the board's
+    # requests seen lately (path and query) -> their canonical form, what answers are kept by
+    request_keys: dict[str, str] = field(default_factory=dict)
+    # serialised answers from hot boards' memory by request's canonical form: (the board's
     # version, valid until (ms), body, HTTP headers): never stale (api/routes.py)
     hot_answers: dict[str, tuple[int, int, bytes, dict[str, str]]] = field(default_factory=dict)
     # a Redis reader per (board, window instance) read lately (api/routes.py reader_for)

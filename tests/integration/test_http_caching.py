@@ -16,6 +16,7 @@ import redis
 from aiohttp.test_utils import TestClient, TestServer
 
 from api.app import create_app
+from api.state import APP_STATE
 from common.boards import load_boards
 from common.events import Op, UpdateEvent
 from common.settings import Settings
@@ -71,9 +72,16 @@ def test_a_kept_answer_revalidates_with_a_304_and_no_redis_call(make_settings, t
         first = await http.get(path)
         assert first.status == 200 and first.headers["Cache-Control"] == PUBLIC
         tag, body = first.headers["ETag"], await first.read()
-        # the same answer whatever the parameters' order, an unknown one ignored
+        # the same answer whatever the parameters' order, an unknown one ignored: what is kept
+        # for the first request, no second read nor entry
+        app = http.app
+        assert app is not None
+        state = app[APP_STATE]
+        before, kept = reads(rclient), (len(state.hot_answers), state.warm.size)
         again = await http.get(f"/v1/boards/{board}/top?order=desc&utm=x&limit=5")
         assert again.headers["ETag"] == tag and await again.read() == body
+        assert reads(rclient)["evalsha"] == before["evalsha"]
+        assert (len(state.hot_answers), state.warm.size) == kept
         before = reads(rclient)
         for _ in range(3):
             held = await http.get(path, headers={"If-None-Match": f'W/"x", {tag}'})
