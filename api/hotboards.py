@@ -210,7 +210,9 @@ class HotBoard:
     def _board_level(self, record: Record) -> None:
         name = record.board
         if record.kind is Kind.MARKER:
-            self.markers[name] = max(self.markers.get(name, -1), record.seq)
+            if record.seq > self.markers.get(name, -1):  # answers' seq, and whether memory is
+                self.markers[name] = record.seq  # settled (api/routes.py ETags), move with it
+                self.version += 1
         elif record.kind is Kind.META:
             if self.meta.claim(record.member, record.seq, record.meta):
                 self.version += 1

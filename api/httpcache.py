@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from hashlib import blake2b
+from urllib.parse import urlencode
 
 from aiohttp import web
 
@@ -24,9 +25,12 @@ def cache_control(max_age_s: int, stale_s: int, *, private: bool = False) -> str
 
 
 def canonical(request: web.Request, params: Iterable[str]) -> str:
-    """The request's path and the parameters of `params` (sorted) it carries, first value each."""
+    """The request's path as sent (percent-encoded: `a%2Fb` is one member, `a/b` a route) and the
+    parameters of `params` (sorted) it carries, first value each, encoded again."""
     query = request.query
-    return request.path + "?" + "&".join(f"{name}={query[name]}" for name in params if name in query)
+    return (
+        request.rel_url.raw_path + "?" + urlencode([(name, query[name]) for name in params if name in query])
+    )
 
 
 def etag(canonical_form: str, instance: str, previous: str, source: str, seqs: Iterable[int]) -> str:

@@ -19,6 +19,7 @@ from api.params import MAX_AROUND, MAX_LIMIT, Target, int_param, member_id, scor
 from api.reader import BoardReader
 from api.redis_reader import RedisBoardReader, ShardedBoardReader
 from api.state import APP_STATE
+from common.ranking import Ties
 from common.store.keys import BoardKeys
 
 # any segment reaches the handler, so a malformed id gets its own 400 rather than a route miss
@@ -59,13 +60,14 @@ def reader_for(request: web.Request, where: Target) -> BoardReader:
     return known
 
 
-def control(request: web.Request) -> str:
-    """The Cache-Control of a read answer: none kept for nocache=1, only the caller's for `me=`."""
+def control(request: web.Request, params: tuple[str, ...]) -> str:
+    """The Cache-Control of a read answer: none kept for nocache=1, only the caller's for `me=`
+    (on a route that reads it: `params`)."""
     state = request.app[APP_STATE]
     query = request.query
     if query.get("nocache") == "1":
         return NO_STORE
-    return state.cache_private if "me" in query else state.cache_public
+    return state.cache_private if "me" in params and "me" in query else state.cache_public
 
 
 def warm(handler: Handler) -> Handler:
@@ -107,6 +109,8 @@ async def answer(
     reader: BoardReader,
     build: Callable[[], Awaitable[dict[str, Any]]],
     params: tuple[str, ...],
+    *,
+    reads: int = 1,
 ) -> web.Response:
     """`build()`'s answer with its caching headers (a 304 if the caller holds it), kept by the
     request's canonical form unless it says nocache=1: from memory while the board's version
@@ -116,7 +120,7 @@ async def answer(
     ETags: an answer from memory has one while memory stands between two of the board's batches
     (each shard's seq is then Redis' own at that seq); one from Redis, the seq it read, except a
     sharded board's (its shards are read one by one) and answers made of two reads (`me=`,
-    `trend=1`)."""
+    `trend=1`, `reads`: the Redis reads the answer takes besides them)."""
     state = request.app[APP_STATE]
     if request.query.get("nocache") == "1":
         return respond(request, orjson.dumps(await build()), headers(None, NO_STORE))
@@ -124,16 +128,19 @@ async def answer(
     if len(state.request_keys) >= MAX_REQUEST_KEYS:
         state.request_keys.clear()  # cheaper per read than an LRU; refilled as requests come
     state.request_keys[request.raw_path] = key
+    scope = control(request, params)
     if reader.source == "memory":
-        return await _from_memory(request, where, key, build)
+        return await _from_memory(request, where, key, build, scope)
     found = state.warm.get(key)  # kept for another request of this canonical form
     if found is not None:
         return respond(request, found.body, found.headers)
-    return await _from_redis(request, where, key, build)
+    single = reads == 1 and not where.trend and "me" not in request.query  # one read: one state
+    tag_of = tagger(key, where, "redis") if single and where.board_type.shards == 1 else None
+    return await _from_redis(request, where, key, build, scope=scope, tag_of=tag_of)
 
 
 async def _from_memory(
-    request: web.Request, where: Target, key: str, build: Callable[[], Awaitable[dict[str, Any]]]
+    request: web.Request, where: Target, key: str, build: Callable[[], Awaitable[dict[str, Any]]], scope: str
 ) -> web.Response:
     state = request.app[APP_STATE]
     hot = state.hot.boards[where.board]
@@ -143,7 +150,7 @@ async def _from_memory(
     version, seqs = hot.version, hot.settled_seqs()  # before the read: a change bumps them
     body = orjson.dumps(await build())
     tag = None if seqs is None or where.trend else tagger(key, where, "memory")(seqs)
-    held = headers(tag, control(request))
+    held = headers(tag, scope)
     if not where.trend:
         if len(state.hot_answers) >= MAX_HOT_ANSWERS:
             state.hot_answers.clear()  # cheaper per read than an LRU; refilled as they are read
@@ -152,12 +159,15 @@ async def _from_memory(
 
 
 async def _from_redis(
-    request: web.Request, where: Target, key: str, build: Callable[[], Awaitable[dict[str, Any]]]
+    request: web.Request,
+    where: Target,
+    key: str,
+    build: Callable[[], Awaitable[dict[str, Any]]],
+    *,
+    scope: str,
+    tag_of: Callable[[list[int]], str] | None,
 ) -> web.Response:
     state = request.app[APP_STATE]
-    single = not where.trend and "me" not in request.query  # one read makes the whole answer
-    tag_of = tagger(key, where, "redis") if single and where.board_type.shards == 1 else None
-    scope = control(request)
     if tag_of is not None and "If-None-Match" in request.headers:  # the seq first: one GET
         seq = await state.redis.call("GET", BoardKeys(state.key_prefix, where.board).seq)
         tag = tag_of([int(seq or 0)])
@@ -194,7 +204,10 @@ async def top(request: web.Request) -> web.Response:
             body["me"] = await queries.me_item(reader, where, me)
         return await _trend(request, where, body) if where.trend else body
 
-    return await answer(request, where, reader, build, TOP_PARAMS)
+    # ties=shared: the first item's rank is a second Redis read (api/queries.py ranked_page)
+    return await answer(
+        request, where, reader, build, TOP_PARAMS, reads=2 if where.ties is Ties.SHARED else 1
+    )
 
 
 async def _trend(request: web.Request, where: Target, body: dict[str, Any]) -> dict[str, Any]:

@@ -159,7 +159,15 @@ def _note_resets(resets: dict[tuple[str, str], int], outcome: Outcome, hot: tupl
     for instance, seq in (outcome.resets or {}).items():
         if instance_window(instance) in hot:
             resets[(board, instance)] = max(resets.get((board, instance), 0), seq)
-    if outcome.event.member == WHOLE_BOARD and outcome.resets:
-        # the reset's seq (a redelivered one's: the oldest mark Redis remembers of its instances,
-        # the reset's own unless every instance was reset again since)
-        resets[(board, "")] = max(resets.get((board, ""), 0), min(outcome.resets.values()))
+    if outcome.event.member != WHOLE_BOARD:
+        return
+    # the reset's seq: its own when applied now (a board with no window period left still drops
+    # its meta); a redelivered one's, the oldest mark Redis remembers of its instances (its own
+    # unless every instance was reset again since)
+    if outcome.status is Status.APPLIED:
+        seq = outcome.seq
+    elif outcome.resets:
+        seq = min(outcome.resets.values())
+    else:
+        return
+    resets[(board, "")] = max(resets.get((board, ""), 0), seq)

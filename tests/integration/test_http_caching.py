@@ -92,6 +92,9 @@ def test_a_kept_answer_revalidates_with_a_304_and_no_redis_call(make_settings, t
         assert other.status == 200 and await other.read() == body
         private = await http.get(f"/v1/boards/{board}/top?limit=5&me=m3")
         assert private.headers["Cache-Control"].startswith("private, ")
+        # a route that does not read `me` is public whatever the query says
+        member = await http.get(f"/v1/boards/{board}/members/m3?me=m4")
+        assert member.headers["Cache-Control"] == PUBLIC
         fresh = await http.get(f"{path}&nocache=1")
         assert fresh.headers["Cache-Control"] == "no-store" and "ETag" not in fresh.headers
 
@@ -114,6 +117,9 @@ def test_any_other_board_revalidates_with_one_get_and_a_write_changes_its_etag(
         assert held.status == 304
         after = reads(rclient)
         assert after["evalsha"] == before["evalsha"] and after["get"] >= before["get"] + 1
+        # a shared-ties page is two reads of Redis: no ETag (each may see another state)
+        shared = await http.get("/v1/boards/gift:c/top?ties=shared")
+        assert shared.status == 200 and "ETag" not in shared.headers
         fill(settings, rclient, "gift:c", 200, 1)  # a write: the board's seq moves
         changed = await http.get(path, headers={"If-None-Match": tag})
         assert changed.status == 200 and changed.headers["ETag"] != tag
