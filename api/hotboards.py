@@ -112,12 +112,7 @@ class HotBoard:
         """While replaying: a format-2 state record (split key and value), the bulk of a replay,
         without decoding it (`apply` takes every other record)."""
         self.replayed += 1
-        window = self._staging.get(instance)
-        if window is None:
-            window = self._staging[instance] = self.window(instance.decode())
-        seq = state[V2_SEQ]
-        if seq > self._staged_seqs.get(name, b""):
-            self._staged_seqs[name] = seq
+        window = self._staged_window(name, instance, state[V2_SEQ])
         if window.loading:
             window.stage(member, state)
         else:  # a window built while the board loads: rare (a sweep dropped an instance)
@@ -129,11 +124,7 @@ class HotBoard:
         staged, and its meta (or its having none) taken as a format-1 record's."""
         seq, states, members, metas = chunk_parts(chunk)
         self.replayed += len(states)
-        window = self._staging.get(instance)
-        if window is None:
-            window = self._staging[instance] = self.window(instance.decode())
-        if states and states[0][V2_SEQ] > self._staged_seqs.get(name, b""):
-            self._staged_seqs[name] = states[0][V2_SEQ]
+        window = self._staged_window(name, instance, seq.to_bytes(8))
         if not window.loading:  # rare (a sweep dropped an instance): as records
             for record in decode_chunk(name + b"\0" + instance + b"\0\0", chunk):
                 self.apply(record)
@@ -144,6 +135,16 @@ class HotBoard:
             # memory holds one (meta.held is re-read: a reset replaces it)
             if stage(member, state) and (held or member in meta.held):
                 meta.take(member.decode(), seq, held or None, self._newer)
+
+    def _staged_window(self, name: bytes, instance: bytes, seq: bytes) -> HotWindow:
+        """The window a staged record goes to, the name's newest staged seq (8 bytes, big-endian)
+        raised to `seq`."""
+        if seq > self._staged_seqs.get(name, b""):
+            self._staged_seqs[name] = seq
+        window = self._staging.get(instance)
+        if window is None:
+            window = self._staging[instance] = self.window(instance.decode())
+        return window
 
     def finish_loading(self) -> None:
         self._fold_staged_seqs()
@@ -216,8 +217,7 @@ class HotBoard:
         elif record.kind is Kind.META:
             if self.meta.claim(record.member, record.seq, record.meta):
                 self.version += 1
-        elif record.seq > self.floors[index_of(name)]:  # a reset of the whole board (format 2)
-            shard = index_of(name)
+        elif record.seq > self.floors[shard := index_of(name)]:  # the whole board's reset
             self.floors[shard] = record.seq
             self.meta.reset(record.seq, shard)
             for window in self.instances.values():
@@ -269,7 +269,7 @@ class HotBoards:
             desc, mode = board_type.order is Order.DESC, tie_mode(board_type)
             self.boards[hot.board] = HotBoard(hot.board, hot.windows, desc, mode, board_type.shards)
         # every name in Redis of a hot board (each shard's), as record keys spell it
-        self._staging = {name.encode(): hot for hot in self.boards.values() for name in hot.names}
+        self._by_name = {name.encode(): hot for hot in self.boards.values() for name in hot.names}
         self.ready = not self.boards
         self.reached_ends = False
         self.started = time.monotonic()
@@ -394,19 +394,19 @@ class HotBoards:
         """Replay: format-2 states and chunks go to their board undecoded (`HotBoard.stage`,
         `stage_chunk`), the rest as records, all in offset order (a deleted key voids what came
         before it, not what came after)."""
-        staging = self._staging
+        by_name = self._by_name
         for message in messages:
             value = message.value()
             if value is not None and message.error() is None:
                 if value[0] == STATE_V2:
                     name, instance, member = message.key().split(b"\0")
-                    hot = staging.get(name)
+                    hot = by_name.get(name)
                     if hot is not None:
                         hot.stage(name, instance, member, value)
                     continue
                 if value[0] == CHUNK_V2:
                     name, instance, _, _ = message.key().split(b"\0")
-                    hot = staging.get(name)
+                    hot = by_name.get(name)
                     if hot is not None:
                         hot.stage_chunk(name, instance, value)
                     continue

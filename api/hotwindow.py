@@ -144,24 +144,18 @@ class HotWindow:
         encoded = member.encode()
         if seq <= self._floor_of(encoded) or self._held_seq(encoded) > seq:
             return False
-        if self.loading:
-            self._keys.pop(encoded, None)
-        else:
-            old = self._keys.pop(encoded, None)
-            if old is not None:
-                self._list.remove(old)
+        old = self._keys.pop(encoded, None)
+        if old is not None and not self.loading:
+            self._list.remove(old)
         self._tombs[encoded] = seq
         return True
 
     def forget(self, member: str) -> bool:
         """Drop whatever is known of the member (its state, or its delete); True if anything."""
         encoded = member.encode()
-        if self.loading:
-            old = self._keys.pop(encoded, None)
-        else:
-            old = self._keys.pop(encoded, None)
-            if old is not None:
-                self._list.remove(old)
+        old = self._keys.pop(encoded, None)
+        if old is not None and not self.loading:
+            self._list.remove(old)
         return self._tombs.pop(encoded, None) is not None or old is not None
 
     def reset(self, seq: int, shard: int = 0) -> bool:

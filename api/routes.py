@@ -13,6 +13,7 @@ from aiohttp.typedefs import Handler
 from api import queries
 from api.errors import ApiError
 from api.front import Front
+from api.hotboards import HotBoard
 from api.httpcache import NO_STORE, canonical, etag, headers, matches, respond
 from api.memory_reader import MemoryBoardReader
 from api.params import MAX_AROUND, MAX_LIMIT, Target, int_param, member_id, score_param, target
@@ -83,17 +84,27 @@ def warm(handler: Handler) -> Handler:
         if key is None:
             return await handler(request)
         hot = state.hot.boards.get(request.match_info["board"])
-        if hot is not None:
-            kept = state.hot_answers.get(key)
-            if kept is not None and kept[0] == hot.version and state.clock() < kept[1] and hot.ready:
+        if hot is not None and hot.ready:
+            kept = hot_kept(request, hot, key)
+            if kept is not None:
                 state.metrics.hot_read(hot.board)
-                return respond(request, kept[2], kept[3])
+                return kept
         found = state.warm.get(key)  # (a hot board's windows that are not hot)
         if found is not None:
             return respond(request, found.body, found.headers)
         return await handler(request)
 
     return serve
+
+
+def hot_kept(request: web.Request, hot: HotBoard, key: str) -> web.Response | None:
+    """The answer kept from `hot`'s memory for canonical form `key`, while the board has not
+    changed and its period still holds; None if there is none."""
+    state = request.app[APP_STATE]
+    kept = state.hot_answers.get(key)
+    if kept is None or kept[0] != hot.version or state.clock() >= kept[1]:
+        return None
+    return respond(request, kept[2], kept[3])
 
 
 def tagger(form: str, where: Target, source: str) -> Callable[[list[int]], str]:
@@ -144,9 +155,9 @@ async def _from_memory(
 ) -> web.Response:
     state = request.app[APP_STATE]
     hot = state.hot.boards[where.board]
-    kept = state.hot_answers.get(key)  # kept for another request of this canonical form
-    if kept is not None and kept[0] == hot.version and state.clock() < kept[1]:
-        return respond(request, kept[2], kept[3])
+    kept = hot_kept(request, hot, key)  # kept for another request of this canonical form
+    if kept is not None:
+        return kept
     version, seqs = hot.version, hot.settled_seqs()  # before the read: a change bumps them
     body = orjson.dumps(await build())
     tag = None if seqs is None or where.trend else tagger(key, where, "memory")(seqs)

@@ -27,10 +27,10 @@ class ApiState:
     warm: WarmCache  # answers of non-hot boards (api/warm.py)
     hot: HotBoards
     max_future_skew_s: int  # bounds at= and period= like event times (docs/contract.md §2)
-    clock: Clock = system_ms  # the service's clock (common/clock.py)
     # Cache-Control of read answers, public and private (api/httpcache.py): from settings
-    cache_public: str = "public, max-age=1, stale-while-revalidate=5"
-    cache_private: str = "private, max-age=1, stale-while-revalidate=5"
+    cache_public: str
+    cache_private: str
+    clock: Clock = system_ms  # the service's clock (common/clock.py)
     metrics: ApiMetrics = field(default_factory=ApiMetrics)
     # requests seen lately (path and query) -> their canonical form, what answers are kept by
     request_keys: dict[str, str] = field(default_factory=dict)

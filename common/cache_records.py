@@ -17,15 +17,16 @@ through a rolling upgrade (API nodes first: a node of the previous release canno
   meta JSON as Redis held it after that seq. Every window record carries the meta.
 - Format 2: one byte `0x20 | kind`, the seq, then for a state the score and tie ms (25 bytes in
   all). The meta travels in records of its own (kind META, the JSON after the seq; none = the
-  member has no meta), published when it changes, so replay reads each member's meta once, and
-  resets or a backfill can never bring back an older meta. A backfill publishes chunks: up to
+  member has no meta), published when an event changes it and whenever a touched member has
+  one, so replay reads each member's meta once, and resets or a backfill can never bring back an
+  older meta. A backfill publishes chunks: up to
   CHUNK_MEMBERS members' states and metas at its seq in one record, replayed in bulk; a chunk's
   member counts as a format-1 state (its meta, or none, at the chunk's seq).
 States are absolute: replaying them is idempotent, and the higher seq wins whatever order they
 arrive in, so a backfill and live updates can interleave safely. A reset says the instance (or,
-with no instance, the board's meta) was empty at its seq: records at or before it are void,
-whenever they arrive. A null value (a key's deletion, `rankstream reshard-board`) voids what the
-key held.
+with no instance, the whole board: every window and the meta) was empty at its seq: records at
+or before it are void, whenever they arrive. A null value (a key's deletion, `rankstream
+reshard-board`) voids what the key held.
 """
 
 from __future__ import annotations

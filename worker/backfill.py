@@ -132,8 +132,9 @@ def backfill_board(
             whole = records.board_reset(board, seq0 - 1)  # format 2: every window and the meta
             if whole is not None:
                 publisher.produce(board, whole)
-            for instance, _, _ in [] if whole is not None else instances:  # format 1: those held
-                publisher.produce(board, records.reset(board, instance, seq0 - 1))
+            else:  # format 1: each instance Redis holds
+                for instance, _, _ in instances:
+                    publisher.produce(board, records.reset(board, instance, seq0 - 1))
         publisher.produce(board, records.marker(board, seq0))
         publisher.flush(timeout)
         client.sadd(hot_flagged(key_prefix), board)  # before the flag: every flag is listed

@@ -25,7 +25,7 @@ _SLOTS = REDIS_CLUSTER_HASH_SLOTS
 
 def shard_index(member: str, shards: int) -> int:
     """The shard of `member` on a board of `shards` shards."""
-    return shard_index_of(member.encode(), shards)
+    return 0 if shards == 1 else shard_index_of(member.encode(), shards)
 
 
 def shard_index_of(member: bytes, shards: int) -> int:
