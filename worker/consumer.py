@@ -63,6 +63,9 @@ MAX_BACKOFF_S = 5.0
 PASS_STOP_S = 10.0  # what close() waits for the rolling preparer's and the emitter's pass under way
 EXIT_RESERVE_S = 0.5  # of the shutdown deadline, for what follows the loop (logs, interpreter exit)
 SETTLE_SLICE_S = 0.1  # how often a wait for the batch in flight looks for a SIGTERM
+LEAVE_S = 2.0  # what close() polls for the group's revoke after unsubscribing, at most
+LEAVE_POLL_S = 0.05
+BATCH_DROPPED = 500  # messages a poll after unsubscribing may fetch: dropped (the next owner reads them)
 RECHECK_S = 5.0  # how often every partition held is checked against Redis (blocked or idle ones too)
 
 # (message, why, what raised for internal_error)
@@ -514,6 +517,7 @@ class WorkerLoop:
         if self.deadline.expired:  # the consumer is left open: its destructor would leave the group
             self.abandoned = True
             return
+        self._leave_group()
         self._outputs.abort()
         if self.guard is not None:
             self.guard.close()  # the apply thread is idle (settled above): no check runs any more
@@ -523,6 +527,27 @@ class WorkerLoop:
         if closer.is_alive():
             self.abandoned = True
             _log.warning("deadline passed while leaving the consumer group")
+
+    def _leave_group(self) -> None:
+        """Unsubscribe, and serve what the group sends back (the revoke) in polls of our own
+        before close(): a rebalance event that close() serves after its group has ended waits
+        forever for an answer librdkafka no longer gives, with the GIL held (confluent-kafka
+        asks the group for its rebalance protocol inside the callback), freezing every thread
+        of the process, the deadline's too. Messages fetched meanwhile are not ours to apply."""
+        try:
+            self._consumer.unsubscribe()
+        except KafkaException as exc:
+            _log.info("unsubscribe failed; closing anyway", extra={"error": str(exc)})
+            return
+        until = time.monotonic() + self.deadline.timeout(LEAVE_S)
+        while True:  # one poll at least: a rebalance event already queued is served here
+            try:
+                self._consumer.consume(BATCH_DROPPED, LEAVE_POLL_S)
+            except KafkaException as exc:
+                _log.info("poll after unsubscribing failed; closing", extra={"error": str(exc)})
+                return
+            if self.assigned <= 0 or time.monotonic() >= until:
+                return
 
 
 def exit_reserve(budget_s: float) -> float:
