@@ -29,7 +29,7 @@ from typing import cast
 from common.boards import BoardsConfig, BoardType, WindowKind
 from common.errors import ConfigError
 from common.periods import parse_period
-from common.store.apply import ApplyEvent, ApplyRequest, ApplyScript, ForeignEpoch, Instance
+from common.store.apply import ApplyEvent, ApplyRequest, ApplyScript, ForeignEpoch, Instance, PromotionChanged
 from common.store.encoding import Packing, text, tie_mode
 from common.store.keys import BUCKET_PREFIX, BoardKeys
 from common.store.scan import SCAN_COUNT, state_pages
@@ -286,6 +286,8 @@ def _run(client: Store, requests: list[ApplyRequest]) -> None:
             if isinstance(reply, ForeignEpoch):
                 found = f"its fence is of epoch {reply.found!r}, not {req.epoch!r}"
                 raise ConfigError(f"{req.keys.board}: {found}")
+            if isinstance(reply, PromotionChanged):  # a new shard no API node can have registered
+                raise ConfigError(f"{req.keys.board}: registered by an API node while it is being copied")
 
 
 def _copy_hash_split(client: Store, sources: Sequence[str], target: Callable[[str], str]) -> None:

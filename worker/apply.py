@@ -5,11 +5,12 @@ reset (common/control.py) gets a call of its own, holding every instance it touc
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 from common.boards import BoardsConfig, BoardType, Window, WindowKind
 from common.control import parse_selector
@@ -31,6 +32,7 @@ from common.store.apply import (
     FenceSource,
     ForeignEpoch,
     Instance,
+    PromotionChanged,
 )
 from common.store.encoding import MemberState, Status, tie_mode, window_packing
 from common.store.keys import (
@@ -47,6 +49,7 @@ from common.store.topology import Store
 from common.windows import MAX_INSTANCES_PER_CALL as WINDOW_INSTANCES_PER_CALL
 from worker.boardstate import DEFAULT_MAX_CELLS, BoardStates, decidable
 from worker.faults import is_infrastructure
+from worker.promotions import Promotions
 from worker.rolling_slots import RollingSlots, results_of, unit_window
 
 _log = logging.getLogger(__name__)
@@ -63,6 +66,7 @@ ROLLING_COUNTS_PER_CALL = 48
 DECIDED_ROLLING_COUNTS_PER_CALL = 192
 # the window mask is a Lua double: 53 exact bits (control ops excepted; common/windows.py)
 MAX_INSTANCES_PER_CALL = WINDOW_INSTANCES_PER_CALL
+PROMOTION_TRIES = 3  # calls a board's changing registration may refuse before the batch goes again
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +98,10 @@ class EarlierFailure(Exception):
     def __init__(self, original_class: str) -> None:
         super().__init__(f"processing raised {original_class} when this event was first delivered")
         self.original_class = original_class
+
+
+class PromotionUnsettled(InfrastructureError):
+    """A board's registration by API nodes changed on each of PROMOTION_TRIES calls."""
 
 
 class EpochMismatch(InfrastructureError):
@@ -298,6 +306,9 @@ class Applier:
         self._rolling = RollingSlots(boards.timezone)
         self._registered: set[tuple[str, str, str]] = set()  # (key, board, bucket) written this process
         self._shards_recorded: set[str] = set()  # board types whose shard count this process checked
+        # the boards API nodes registered, as far as this worker knows (shared with its publisher
+        # and its rolling preparer: worker/main.py)
+        self.promotions = Promotions(boards)
         self._script = ApplyScript()
         # the boards' state for deciding in the worker (worker/boardstate.py); None: apply.lua decides
         self.states = BoardStates(state_cells) if state_cells > 0 else None
@@ -522,6 +533,7 @@ class Applier:
         keys = BoardKeys(self._prefix, chunk.board)
         board_type = chunk.board_type
         legacy = self.legacy_ttl_ms > 0
+        promoted = self.promotions.believed(chunk.board)
         events = []
         for entry in chunk.events:
             event, position = entry.event, entry.position
@@ -548,7 +560,8 @@ class Applier:
             mode=tie_mode(board_type),
             desc=board_type.order.value == "desc",
             max_members=board_type.max_members or 0,
-            want_state=want_state,
+            want_state=want_state or promoted,
+            promoted=promoted,
             epoch=self.epoch,
             id_window_s=self._window_s,
             listpack_cap=self.listpack_cap,
@@ -586,13 +599,17 @@ class Applier:
             wants = [bool(self._boards.hot_windows(chunk.board)) for chunk in round_]
             requests = [self._request(c, w) for c, w in zip(round_, wants, strict=True)]
             decided = self._decided(requests)
+            for k, reply in enumerate(decided):  # the board's registration changed: apply.lua's
+                if isinstance(reply, PromotionChanged):
+                    self.promotions.learn(round_[k].board, reply.promoted)
+                    requests[k], decided[k] = self._request(round_[k], wants[k]), None
             got: list[list[Outcome]] = [[] for _ in round_]
             # what the worker did not decide goes to apply.lua, in calls it may take
             rest = [k for k, reply in enumerate(decided) if reply is None]
             pieces = {k: self._pieces(round_[k], requests[k], wants[k]) for k in rest}
             for j in range(max((len(p) for p in pieces.values()), default=0)):
                 batch = [(k, p[j]) for k, p in pieces.items() if j < len(p)]
-                replies = self._script.run_many(self._client, [req for _, (_, req) in batch])
+                replies = self._run([req for _, (_, req) in batch])
                 for (k, (piece, _)), reply in zip(batch, replies, strict=True):
                     got[k] += self._outcomes(piece, wants[k], reply, failures)
             for k, done in enumerate(decided):
@@ -603,6 +620,25 @@ class Applier:
         if any(c.control and c.board != c.events[0].event.board for c in chunks):
             return _one_per_event(outcomes), list({id(f.event): f for f in failures}.values())
         return outcomes, failures
+
+    def _run(self, requests: list[ApplyRequest]) -> list[ApplyReply | Exception]:
+        """apply.lua's replies; a call refused because its board's registration by an API node
+        is not what it believed (worker/promotions.py) goes again, knowing it."""
+        replies = self._script.run_many(self._client, requests)
+        for _ in range(PROMOTION_TRIES):
+            again = [i for i, reply in enumerate(replies) if isinstance(reply, PromotionChanged)]
+            if not again:
+                break
+            for i in again:
+                found = cast(PromotionChanged, replies[i]).promoted
+                self.promotions.learn(requests[i].keys.board, found)
+                requests[i] = dataclasses.replace(
+                    requests[i], promoted=found, want_state=requests[i].want_state or found
+                )
+            for i, reply in zip(again, self._script.run_many(self._client, [requests[i] for i in again]),
+                                strict=True):  # fmt: skip
+                replies[i] = reply
+        return replies
 
     def _outcomes(
         self, chunk: _Chunk, want: bool, reply: ApplyReply | Exception, failures: list[Failure]
@@ -650,7 +686,7 @@ class Applier:
             single = _Chunk(chunk.board, chunk.board_type, control=chunk.control)
             single.add_entry(entry, *chunk.instances_of(entry))
             try:
-                (reply,) = self._script.run_many(self._client, [self._request(single, want)])
+                (reply,) = self._run([self._request(single, want)])
                 outcomes += _decode(single, want, reply, self.epoch)
             except Exception as exc:
                 if is_infrastructure(exc):
@@ -676,7 +712,7 @@ class Applier:
         marker = _Chunk(chunk.board, chunk.board_type)
         failed = entry.event._replace(op=Op.FAILED_MARKER, member=error_class, meta=None)
         marker.add(failed, entry.ts, [], entry.late, entry.position)
-        (reply,) = self._script.run_many(self._client, [self._request(marker, False)])
+        (reply,) = self._run([self._request(marker, False)])
         _decode(marker, False, reply, self.epoch)  # raises what the call raised
 
 
@@ -747,11 +783,13 @@ def _decode(chunk: _Chunk, want: bool, reply: ApplyReply | Exception, epoch: str
         raise reply
     if isinstance(reply, ForeignEpoch):
         raise EpochMismatch(chunk.board, reply.found, epoch)
+    if isinstance(reply, PromotionChanged):  # still, after PROMOTION_TRIES: the batch goes again
+        raise PromotionUnsettled(f"board {chunk.board}: its registration by API nodes keeps changing")
     outcomes: list[Outcome] = []
     for entry, got in zip(chunk.events, reply, strict=True):
         states: dict[str, MemberState | None] = {}
         resets = None
-        if want:
+        if want or got.states or got.resets:  # a registered board's too (worker/promotions.py)
             names = sorted(entry.names, key=lambda n: chunk.instances[n][0])
             states = {n: st for n, st in zip(names, got.states, strict=True) if st is not UNREPORTED}
             if got.resets:

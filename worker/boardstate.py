@@ -24,7 +24,16 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple, cast
 
 from common.events import Op
-from common.store.apply import BUCKET, DELTA, DERIVED, ApplyReply, ApplyRequest, ForeignEpoch, Instance
+from common.store.apply import (
+    BUCKET,
+    DELTA,
+    DERIVED,
+    ApplyReply,
+    ApplyRequest,
+    ForeignEpoch,
+    Instance,
+    PromotionChanged,
+)
 from common.store.encoding import TieMode, encode_member, parse_state
 from common.store.guarded import (
     Conflict,
@@ -35,6 +44,7 @@ from common.store.guarded import (
     GuardReply,
     IdBucket,
     IndexBucket,
+    Promotion,
     Sealed,
     Started,
     Written,
@@ -253,6 +263,8 @@ class BoardStates:
             return True, None
         if isinstance(reply, Foreign):
             return False, ForeignEpoch(reply.found)
+        if isinstance(reply, Promotion):  # apply.lua's, once the worker knows (worker/apply.py)
+            return False, PromotionChanged(reply.promoted)
         self.stats.fallbacks += 1  # an error reply: apply.lua's path finds out which event, or raises
         return False, None
 

@@ -451,6 +451,7 @@ class _Chunk:
             notify=f"{state.seq} {self.seq} {keys.board}" if changed_seq else "",
             id_window_s=self.req.id_window_s,
             listpack_cap=self.req.listpack_cap or LISTPACK_CAP,
+            promoted=self.req.promoted,
             expires_at_ms=min(
                 (
                     inst.expire_at_ms

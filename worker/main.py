@@ -28,13 +28,14 @@ from common.store import shardcount
 from common.store.replicas import ReplicaWait
 from common.store.topology import Store
 from worker.apply import Applier
-from worker.backfill import backfill_all, forget_cold
+from worker.backfill import backfill_all
 from worker.consumer import WorkerLoop, exit_reserve
 from worker.delivery import Deliveries
 from worker.dlq import DeadLetters
 from worker.fencing import PredecessorFence
 from worker.metrics import WorkerMetrics
 from worker.outputs import ProducerFenced, TransactionalOutputs
+from worker.promotions import Promotions
 from worker.publisher import CachePublisher
 from worker.results import ResultEmitter, ResultsThread
 from worker.rolling import PreparerThread, RollingPreparer
@@ -60,7 +61,11 @@ def lag_reporter(metrics: WorkerMetrics) -> Callable[[str], None]:
 
 
 def cache_publisher(
-    settings: Settings, boards: BoardsConfig, producer: Producer, client: Store
+    settings: Settings,
+    boards: BoardsConfig,
+    producer: Producer,
+    client: Store,
+    promotions: Promotions | None = None,
 ) -> CachePublisher:
     """A publisher over a plain (acknowledged) producer that backfills every hot board not yet
     backfilled: what a worker does before it consumes, and `rankstream backfill` by hand."""
@@ -75,6 +80,7 @@ def cache_publisher(
         client=client,
         key_prefix=settings.key_prefix,
         record_format=settings.cache_record_format,
+        promotions=promotions,
     )
     backfill_all(client, publisher, boards, settings.key_prefix)  # before consuming: see backfill.py
     return publisher
@@ -156,19 +162,16 @@ def build_loop(
             f"Kafka at {settings.kafka_bootstrap} did not answer the worker's start "
             f"(init_transactions): {exc.args[0] if exc.args else exc}"
         ) from None
-    publisher = acked = None
-    if not boards.hot:  # none hot (any more): drop the flags of those that were (backfill_all does it too)
-        forget_cold(client, boards, settings.key_prefix)
-    else:
-        # the backfill on a plain producer (it may outgrow a transaction), live records in the
-        # batches' transactions
-        backfill_producer = kafka_producer(settings, {"enable.idempotence": True, "acks": "all"})
-        acked = cache_publisher(settings, boards, backfill_producer, client)  # then the preparer's
-        publisher = acked.over(outputs)
     applier = Applier(
         client, boards, settings.key_prefix, settings.id_window_s, now_ms=clock,
         state_cells=settings.worker_state_cells,
     )  # fmt: skip
+    # every worker publishes: a board of the config's hot list, or one an API node registered
+    # (worker/promotions.py). The backfill on a plain producer (it may outgrow a transaction),
+    # live records in the batches' transactions
+    backfill_producer = kafka_producer(settings, {"enable.idempotence": True, "acks": "all"})
+    acked = cache_publisher(settings, boards, backfill_producer, client, applier.promotions)  # the preparer's
+    publisher = acked.over(outputs)
     applier.tie_index = settings.tie_index
     applier.max_future_skew_s = settings.max_future_skew_s
     guard = SourceGuard(

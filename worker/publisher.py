@@ -23,6 +23,7 @@ from common.store.shards import board_of
 from common.store.topology import Store
 from worker.apply import Outcome
 from worker.dlq import Sink
+from worker.promotions import Promotions
 
 _log = logging.getLogger(__name__)
 
@@ -42,8 +43,12 @@ class CachePublisher:
         client: Store,
         key_prefix: str,
         record_format: int = FORMAT,
+        promotions: Promotions | None = None,
     ) -> None:
         self._topic = topic
+        # what is published of a board: the config's hot windows, or every window of one an API
+        # node registered (worker/promotions.py: the applier's, which learns of them)
+        self.promotions = promotions if promotions is not None else Promotions(boards)
         self.records = RecordWriter(record_format)
         self._partitions = partitions
         self._boards = boards
@@ -64,6 +69,7 @@ class CachePublisher:
             client=self._client,
             key_prefix=self._prefix,
             record_format=self.records.version,
+            promotions=self.promotions,
         )
         twin._backfilled = set(self._backfilled)
         return twin
@@ -94,7 +100,7 @@ class CachePublisher:
         seqs: dict[str, int] = {}
         for outcome in (o for each in outcomes for o in (each, *each.also)):
             board = outcome.shard or outcome.event.board  # a sharded board's: the shard's records
-            hot = self._boards.hot_windows(board)
+            hot = self.promotions.windows(board)
             if not hot or outcome.status is Status.OUT_OF_RANGE:
                 continue
             seqs[board] = max(seqs.get(board, 0), outcome.seq)
@@ -120,7 +126,7 @@ class CachePublisher:
                 records.board_reset(board, seq) if not instance else records.reset(board, instance, seq),
             )
         for board, seq in seqs.items():
-            if self.backfilled(board):
+            if self.promotions.marks(board) or self.backfilled(board):
                 self.produce(board, records.marker(board, seq))
 
     def publish_states(

@@ -42,7 +42,16 @@ from common.clock import Clock
 from common.idwindow import LISTPACK_CAP
 from common.periods import Period, parse_period
 from common.store import scan
-from common.store.apply import DERIVED, ApplyEvent, ApplyRequest, ApplyScript, ForeignEpoch, Instance, Rolling
+from common.store.apply import (
+    DERIVED,
+    ApplyEvent,
+    ApplyRequest,
+    ApplyScript,
+    ForeignEpoch,
+    Instance,
+    PromotionChanged,
+    Rolling,
+)
 from common.store.encoding import MemberState, text, tie_mode
 from common.store.keys import (
     BoardKeys,
@@ -302,16 +311,16 @@ class RollingPreparer:
             held = self._client.get(marker)
             if held != claim:
                 return held == DONE  # done, or another worker holds it: look again next pass
-        hot = window.name in self._boards.hot_windows(board)
         walk = self._rebuild if rebuild else self._walk
+        published = False
         renewed = time.monotonic()
         for call, op, page in walk(keys, board_type, window, source):
             rebuild = rebuild or op == "rebuild"  # a walk the boundary overtook rebuilds
-            self._derive(keys, board_type, call, page, hot=hot, op=op)
+            published |= self._derive(keys, board_type, call, page, window=window.name, op=op)
             if time.monotonic() - renewed > RENEW_S:
                 self._client.pexpire(marker, LEASE_MS)
                 renewed = time.monotonic()
-        if self._publisher is not None and hot:
+        if self._publisher is not None and published:
             self._publisher.flush(30.0)  # in update_cache before the marker says so
         if self._client.exists(keys.rank(derived.name)):  # it carries members: prepare its successor
             # registered before the marker says done: a worker stopped between the two would
@@ -388,10 +397,17 @@ class RollingPreparer:
         call: list[Instance],
         members: list[str],
         *,
-        hot: bool,
+        window: str,
         op: str,
-    ) -> None:
-        """One page: apply.lua derives (or rebuilds) each member's state in the period call[0]."""
+    ) -> bool:
+        """One page: apply.lua derives (or rebuilds) each member's state in the period call[0];
+        whether the states were published (the window is hot, by the config or because an API
+        node registered the board: worker/promotions.py, whose belief the call checks)."""
+        promotions = self._publisher.promotions if self._publisher is not None else None
+        promoted = promotions is not None and promotions.believed(keys.board)
+        hot = window in (
+            promotions.windows(keys.board) if promotions else self._boards.hot_windows(keys.board)
+        )
         request = ApplyRequest(
             keys=keys,
             instances=call,
@@ -406,8 +422,12 @@ class RollingPreparer:
             sources=[],
             events=[ApplyEvent(op, m, 0.0, 0, "", 1, 0, 0, b"") for m in members],
             score_range=board_type.score_range,
+            promoted=promoted,
         )
         (reply,) = self._script.run_many(self._client, [request])
+        if isinstance(reply, PromotionChanged) and promotions is not None:  # learnt: the page again
+            promotions.learn(keys.board, reply.promoted)
+            return self._derive(keys, board_type, call, members, window=window, op=op)
         self.stats.calls += 1
         self.stats.members += len(members)
         if self.metrics is not None:
@@ -416,11 +436,15 @@ class RollingPreparer:
             raise reply
         if isinstance(reply, ForeignEpoch):  # not ours (yet: the worker has not read Redis' epoch)
             raise PrepareError(f"board {keys.board} belongs to epoch {reply.found}, not {request.epoch}")
+        if isinstance(reply, PromotionChanged):
+            raise PrepareError(f"board {keys.board}: registered by an API node, and no publisher")
         if hot and self._publisher is not None:
             rows: list[tuple[str, MemberState | None, bytes | None, int]] = [
                 (m, got.states[0], got.meta, got.seq) for m, got in zip(members, reply, strict=True)
             ]
             self._publisher.publish_states(keys.board, call[0].name, rows)
+            return True
+        return False
 
 
 def _rebuild_pages(

@@ -28,10 +28,18 @@ from common.store.scripts import ArgT, Call, load_script
 from common.store.topology import Store
 
 # where each field goes (apply.lua reads the positions from the tables of the same names)
-KEY = ("SEQ", "META", "FENCE", "IDW", "SLOT", "MOVING")  # the board's keys, then INST per instance
+KEY = (
+    "SEQ",
+    "META",
+    "FENCE",
+    "IDW",
+    "SLOT",
+    "MOVING",
+    "PROMOTED",
+)  # the board's keys, then INST per instance
 INST = ("RANK", "OVERFLOW", "STATE", "INDEX", "RESET", "PREP")
 H = ("W", "E", "MODE", "DESC", "MAXM", "STATE", "EPOCH", "WINDOW", "CAP", "LEGACY_TTL", "S",
-     "LOW", "HIGH", "INTEGRAL", "INDEX", "NOTIFY", "BOARD", "MARKED")  # ARGV header  # fmt: skip
+     "LOW", "HIGH", "INTEGRAL", "INDEX", "NOTIFY", "BOARD", "MARKED", "PROMOTED")  # ARGV header  # fmt: skip
 SRC = ("FIELD", "TOPIC", "LOW")  # ARGV per source, after the header; then IA per instance
 # ARGV per instance, after the sources: BITS -1 = general layout; ROLE and the rest: Rolling below
 IA = ("EXPIRE", "BITS", "BASE", "ROLE", "GROUP", "FROM", "OLD", "NEW", "KEEP", "SEAL")
@@ -42,6 +50,7 @@ IA = ("EXPIRE", "BITS", "BASE", "ROLE", "GROUP", "FROM", "OLD", "NEW", "KEEP", "
 BOARD_CLOSED_MARK = "board_closed"
 CLOSED_OP = "closed"
 FOREIGN_EPOCH = -1  # the reply's first field when the board's fence belongs to another epoch
+PROMOTION = -2  # the reply's first field when the board's registration is not what the worker believed
 SLOT_LOST = ""  # ForeignEpoch.found when the board has no fence and its slot has lost its mark
 UNREPORTED = MemberState(math.nan, -1)  # apply.lua's '~': no state to publish for this instance
 
@@ -125,6 +134,10 @@ class ApplyRequest:
     # on a cluster, the mark of the board's slot (common/store/slotmarks.py): a board without a
     # fence is new only if its slot's mark exists; "" = not checked (one server)
     slot_mark: str = ""
+    # whether the worker believes an API node registered the board (BoardKeys.promoted): the
+    # script refuses the call when it is not so (PromotionChanged), so that every write made
+    # while the board is registered reports its states (`want_state` is then true)
+    promoted: bool = False
 
 
 class EventReply(NamedTuple):  # one per event
@@ -147,7 +160,15 @@ class ForeignEpoch:
     found: str
 
 
-ApplyReply = list[EventReply] | ForeignEpoch
+@dataclass(frozen=True, slots=True)
+class PromotionChanged:
+    """The board's registration (BoardKeys.promoted) is not what the call believed: the call
+    changed nothing; `promoted` is what it found."""
+
+    promoted: bool
+
+
+ApplyReply = list[EventReply] | ForeignEpoch | PromotionChanged
 
 
 EV = tuple(name.upper() for name in ApplyEvent._fields)  # ARGV per event (LEGACY_KEY last)
@@ -184,6 +205,7 @@ class ApplyScript:
             # always declares a key one side lacks, so Redis refuses it (TRYAGAIN) on both sides
             # instead of running it with undeclared keys (id window and tie index buckets) split
             "MOVING": keys.moving,
+            "PROMOTED": keys.promoted,  # read: its existence must be what PROMOTED says
         }
         key_list = [board[name] for name in KEY]
         for name, _, packing, rolling, _ in req.instances:
@@ -220,6 +242,7 @@ class ApplyScript:
             "NOTIFY": keys.changes,
             "BOARD": keys.board,
             "MARKED": "1" if req.slot_mark else "0",
+            "PROMOTED": "1" if req.promoted else "0",
         }
         args: list[ArgT] = [header[name] for name in H]
         for source in req.sources:
@@ -254,6 +277,8 @@ class ApplyScript:
     def decode(req: ApplyRequest, reply: list[Any]) -> ApplyReply:
         if reply and int(reply[0]) == FOREIGN_EPOCH:
             return ForeignEpoch(text(reply[1]))
+        if reply and int(reply[0]) == PROMOTION:
+            return PromotionChanged(int(reply[1]) == 1)
         out: list[EventReply] = []
         pos = 0
         sealable = any(inst.sealable for inst in req.instances)

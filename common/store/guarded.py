@@ -19,7 +19,7 @@ from common.store.keys import BoardKeys
 from common.store.scripts import ArgT, Call, load_script
 from common.store.topology import Store
 
-K = ("SEQ", "FENCE", "SLOT", "MOVING")  # then the keys the checks and writes name by position
+K = ("SEQ", "FENCE", "SLOT", "MOVING", "PROMOTED")  # then the keys the checks and writes name by position
 G = (
     "EXPECT",
     "EPOCH",
@@ -38,6 +38,7 @@ G = (
     "NU",
     "NG",
     "NO",
+    "PROMOTED",
 )
 LAYOUTS = (("K", K), ("G", G))
 
@@ -121,6 +122,9 @@ class GuardedWrite:
     # byte or b'' for no directory: the walk's splits of other buckets may change the rest)
     unchanged: Sequence[tuple[str, str, bytes]] = ()
     unsplit: Sequence[tuple[str, int, bytes]] = ()
+    # whether the worker believes an API node registered the board (BoardKeys.promoted; else
+    # Promotion: nothing written)
+    promoted: bool = False
     _keys: list[str] = field(default_factory=list)
     _positions: dict[str, int] = field(default_factory=dict)
 
@@ -156,6 +160,7 @@ class GuardedWrite:
             "NU": len(self.unstarted),
             "NG": len(self.checks),
             "NO": len(self.writes),
+            "PROMOTED": "1" if self.promoted else "0",
         }
         args: list[ArgT] = [head[name] for name in G]
         for name, value in self.fence:
@@ -174,7 +179,7 @@ class GuardedWrite:
             args += [self.position(bucket), len(fps), *fps]
         for w in self.writes:
             args += op_args(w, self.position, keys.id_window)
-        board = [keys.seq, keys.fence, self.slot_mark or keys.fence, keys.moving]
+        board = [keys.seq, keys.fence, self.slot_mark or keys.fence, keys.moving, keys.promoted]
         return Call([*board, *self._keys], args)
 
 
@@ -238,7 +243,14 @@ class Started(NamedTuple):
     written; apply.lua writes the chunk."""
 
 
-GuardReply = Written | Conflict | Duplicates | Sealed | Foreign | Started
+class Promotion(NamedTuple):
+    """The board's registration by an API node (BoardKeys.promoted) is not what the write
+    believed: nothing was written; `promoted` is what it found."""
+
+    promoted: bool
+
+
+GuardReply = Written | Conflict | Duplicates | Sealed | Foreign | Started | Promotion
 
 
 class GuardedScript:
@@ -250,14 +262,14 @@ class GuardedScript:
         kind = int(reply[0])
         if kind == 1:
             return Written({req.key_at(reply[j]): bytes(reply[j + 1]) for j in range(1, len(reply), 2)})
-        if kind == 0:
-            return Conflict()
+        if kind in (0, 4):  # 4: a next rolling period's preparation began
+            return Conflict() if kind == 0 else Started()
         if kind == 2:
             return Duplicates(frozenset(bytes(fp) for fp in reply[1:]))
         if kind == 3:
             return Sealed(frozenset(req.key_at(at) for at in reply[1:]))
-        if kind == 4:
-            return Started()
+        if kind == 5:
+            return Promotion(int(reply[1]) == 1)
         found = reply[1]
         return Foreign(found.decode() if isinstance(found, bytes) and found else SLOT_LOST)
 

@@ -191,6 +191,13 @@ class BoardKeys:
     def hot_lock(self) -> str:
         return f"{self.tag}:hot:lock"
 
+    @property
+    def promoted(self) -> str:
+        """While it exists (an API node keeps it, with a TTL: common/store/promotion.py), every
+        write to the board reports its states so the worker publishes them to update_cache, as
+        for a hot board of the config; its value names the registration."""
+        return f"{self.tag}:promoted"
+
     def instance_pattern(self, window: str, packed: bool) -> str:
         """SCAN pattern of the keys that name every period of a calendar window Redis holds: its
         ranking zsets (an instance with members has one: max_members keeps the best there)."""

@@ -5,8 +5,9 @@ cost several times what the same moves cost as commands: docs/internals/write-pa
 
 Every board of a round goes at once, each on a connection of its own (a WATCH holds for its
 connection only), in two round trips, three when a bucket may split:
-1. WATCH the board's seq, fence, slot mark, directories and seal markers, and read what
-   guarded.lua checks: the fence, the seq, the directories' lengths, each written key with the
+1. WATCH the board's seq, fence, slot mark, directories, seal markers and registration by API
+   nodes, and read what guarded.lua checks: the registration, the fence, the seq, the
+   directories' lengths, each written key with the
    type it is written as (and its size), the seal markers, the id window's fingerprints, TIME.
    A bucket the board's earlier transactions left is not read: their replies (HSET's, HDEL's,
    ZADD's, ZREMRANGEBYSCORE's counts) told the worker its size (GuardedWrite `known`).
@@ -52,6 +53,7 @@ from common.store.guarded import (
     GuardReply,
     IdBucket,
     IndexBucket,
+    Promotion,
     Rebalance,
     Sealed,
     Started,
@@ -187,6 +189,7 @@ class NativeWrites:
         watched = [keys.seq, keys.fence, *(d for d, _ in req.directories), *req.unsealed, *req.unstarted]
         watched += [k for k, _, _ in req.unchanged]
         watched += [req.slot_mark] if req.slot_mark else []
+        watched.append(keys.promoted)  # an API node's registration: guarded.lua checks it too
         cmds: list[Cmd] = [("WATCH", *dict.fromkeys(watched))]
         cmds.append(("HMGET", keys.fence, "e", *(f for f, _ in req.fence)))
         cmds.append(("EXISTS", req.slot_mark or keys.fence))
@@ -198,7 +201,7 @@ class NativeWrites:
         cmds += [("GET", m) for m in req.unsealed]
         cmds += [("EXISTS", *req.unstarted)] if req.unstarted else []
         cmds += [("ZMSCORE", bucket, *fps) for bucket, fps in req.checks]
-        cmds += [("EXISTS", keys.moving), ("TIME",)]
+        cmds += [("EXISTS", keys.promoted), ("EXISTS", keys.moving), ("TIME",)]
         return cmds
 
     def _check(self, b: _Board, got: list[Any]) -> GuardReply | Exception | Declined | None:
@@ -366,8 +369,11 @@ class NativeWrites:
 
 
 def _guard(req: GuardedWrite, got: list[Any]) -> GuardReply | Exception | None:
-    """The board is the one the worker read: its epoch, slot mark, seq, fence, directories and
-    the values it read of a next rolling period being prepared."""
+    """The board is the one the worker read: its registration by API nodes, epoch, slot mark,
+    seq, fence, directories and the values it read of a next rolling period being prepared."""
+    promoted = got[-3]  # EXISTS of the board's registration by API nodes
+    if not isinstance(promoted, Exception) and int(promoted) != int(req.promoted):
+        return Promotion(int(promoted) == 1)
     stored, marked, seq = got[1], got[2], got[3]
     lengths = got[4 : 4 + len(req.directories)]
     held = [*req.unchanged, *req.unsplit]

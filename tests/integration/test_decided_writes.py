@@ -332,7 +332,7 @@ def _rebuilt(client: redis.Redis, prefix: str) -> float | None:
     call = preparer._rebuild_call(
         board_type, window, RollingSlots(BOARDS.timezone).bucket_at(window, NOW - HOUR)
     )
-    preparer._derive(keys, board_type, call, [member], hot=False, op="rebuild")
+    preparer._derive(keys, board_type, call, [member], window=window.name, op="rebuild")
     a.apply([(ev(board, member, 1, "3"), NOW)], [Position(SRC[0], 2, None)])
     return score_of(client, keys.rank(call[0].name), member)
 
@@ -394,7 +394,9 @@ def _walk_meanwhile(
     def meanwhile(w: GuardedWrite) -> None:
         if not done and w.unchanged:  # after its reads, before the write
             done.append(True)
-            preparer._derive(keys, board_type, [derived, *deps], walked, hot=False, op="derive")
+            preparer._derive(
+                keys, board_type, [derived, *deps], walked, window=derived.name.split(":", 1)[0], op="derive"
+            )
         if alter is not None:
             alter(w)
 

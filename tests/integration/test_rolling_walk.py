@@ -137,8 +137,8 @@ def test_a_walk_overtaken_mid_way_rebuilds_the_members_it_had_not_reached(
     derive = scene.preparer._derive
     first: list[str] = []
 
-    def derive_then_strike(keys: Any, board_type: Any, call: Any, members: list[str], **kw: Any) -> None:
-        derive(keys, board_type, call, members, **kw)
+    def derive_then_strike(keys: Any, board_type: Any, call: Any, members: list[str], **kw: Any) -> bool:
+        published = derive(keys, board_type, call, members, **kw)
         if not first:
             first.extend(members)
             later = next(m for m in ("l00", "l01", "l02", "l03") if m not in members)
@@ -146,6 +146,7 @@ def test_a_walk_overtaken_mid_way_rebuilds_the_members_it_had_not_reached(
             for member in (members[0], later):
                 scene.send(member, -3, q + HOUR - 11 * MINUTE)  # late for q: in bucket q and q+1
             scene.send(later, -1, q + HOUR + 2 * MINUTE)
+        return published
 
     monkeypatch.setattr(scene.preparer, "_derive", derive_then_strike)
     scene.now = q + HOUR - 1

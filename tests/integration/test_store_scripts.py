@@ -56,7 +56,7 @@ def test_apply_reports_each_event_and_its_states_per_instance_of_its_mask(rclien
     script = ApplyScript()
     events = [event("a", 5, 100, 0), event("b", 7, 200, 1, mask=0b01), event("a", 1, 300, 2)]
     (reply,) = script.run_many(rclient, [request(keys, events)])
-    assert not isinstance(reply, (Exception, ForeignEpoch))
+    assert isinstance(reply, list)
     assert [(r.status, r.seq) for r in reply] == [
         (Status.APPLIED, 1),
         (Status.APPLIED, 2),
@@ -68,7 +68,7 @@ def test_apply_reports_each_event_and_its_states_per_instance_of_its_mask(rclien
     assert reply[2].meta == b'{"n":1}'
     # redelivered at the same positions: nothing changes, each reports REDELIVERED
     (again,) = script.run_many(rclient, [request(keys, events)])
-    assert not isinstance(again, (Exception, ForeignEpoch))
+    assert isinstance(again, list)
     assert [r.status for r in again] == [Status.REDELIVERED] * 3
     assert rclient.get(keys.seq) == b"3"
 
@@ -136,7 +136,7 @@ def test_packed_window_keeps_one_entry_per_member_and_reports_its_exact_state(rc
     script = ApplyScript()
     events = [event("a", 5, DAY + 100, 0), event("b", 5, DAY + 50, 1), event("a", 2, DAY + 86_399_999, 2)]
     (reply,) = script.run_many(rclient, [packed_request(keys, events, max_members=0)])
-    assert not isinstance(reply, (Exception, ForeignEpoch))
+    assert isinstance(reply, list)
     assert [r.status for r in reply] == [Status.APPLIED] * 3
     assert reply[2].states == (MemberState(7, DAY + 86_399_999), MemberState(7, DAY + 86_399_999))
     rows = rclient.zrevrange(keys.rank("day:2026-11-22", True), 0, -1, withscores=True)
@@ -157,7 +157,7 @@ def test_a_score_outside_the_declared_range_is_refused_and_changes_nothing(rclie
     assert isinstance(first, list)
     before = rclient.zrange(keys.rank("day:2026-11-22", True), 0, -1, withscores=True)
     (reply,) = script.run_many(rclient, [packed_request(keys, [event("a", score, DAY + 2, 1, op=op)])])
-    assert not isinstance(reply, (Exception, ForeignEpoch))
+    assert isinstance(reply, list)
     assert reply[0].status is Status.OUT_OF_RANGE
     assert reply[0].states == (MemberState(5, DAY + 1), MemberState(5, DAY + 1))
     assert rclient.zrange(keys.rank("day:2026-11-22", True), 0, -1, withscores=True) == before
@@ -189,7 +189,7 @@ def test_removing_max_members_brings_the_overflow_back_into_the_ranking(rclient,
     (reply,) = script.run_many(
         rclient, [request(keys, [event("e", 2, DAY + 9, 9, mask=1)], instances=day, max_members=0, **extra)]
     )
-    assert not isinstance(reply, (Exception, ForeignEpoch))
+    assert isinstance(reply, list)
     assert reply[0].states == (MemberState(3, DAY + 9),)  # 1 + 2: e's score was read from its old place
     assert not rclient.exists(keys.overflow("day:2026-11-22", packed))
     ranked = rclient.zrevrange(keys.rank("day:2026-11-22", packed), 0, -1)

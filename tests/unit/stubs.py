@@ -106,6 +106,7 @@ class ConsumerStub:
         self.polls = 0
         self.seeks: list[tuple[str, int, int]] = []
         self.closed = False
+        self.unsubscribed = False
         self.metadata = object()  # what consumer_group_metadata() returns
 
     def add(self, *batches: Sequence[MessageStub]) -> None:
@@ -137,6 +138,9 @@ class ConsumerStub:
 
     def consumer_group_metadata(self) -> object:
         return self.metadata
+
+    def unsubscribe(self) -> None:
+        self.unsubscribed = True
 
     def close(self) -> None:
         self.closed = True

@@ -24,6 +24,8 @@
 -- period the event did not write (its preparation has not begun): nothing to publish. A board whose fence
 -- belongs to another epoch returns {-1, <its epoch>} and changes nothing; so does {-1, ''} a board
 -- without a fence whose slot has no mark (common/store/slotmarks.py: the slot lost its data).
+-- {-2, 0 | 1}: the board's registration by an API node (KEY.PROMOTED exists) is not what
+-- H.PROMOTED says: nothing changed, the worker calls again knowing it.
 --
 -- Control ops (`rankstream erase` / `reset`, common/control.py) come alone in their call and
 -- count in every instance of it, whatever their mask says (a double: it can't name more than 53,
@@ -292,6 +294,10 @@ if stored[1] and stored[1] ~= epoch then return {-1, stored[1]} end
 if not stored[1] and ARGV[H.MARKED] == '1' and redis.call('EXISTS', KEYS[KEY.SLOT]) == 0 then
   return {-1, ''}
 end
+-- an API node registered the board (or its registration lapsed) since the worker last knew:
+-- nothing is written, the worker learns it and calls again (with want_state while registered)
+local promoted = redis.call('EXISTS', KEYS[KEY.PROMOTED])
+if promoted ~= (ARGV[H.PROMOTED] == '1' and 1 or 0) then return {-2, promoted} end
 local fence_dirty = not stored[1]
 for k, src in ipairs(sources) do
   local value, rej = stored[2 * k], stored[2 * k + 1]

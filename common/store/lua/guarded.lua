@@ -5,6 +5,7 @@
 --
 -- KEYS: K.SEQ, K.FENCE, K.SLOT (the slot's mark; the fence when unmarked), K.MOVING (never
 --       written: a call during a slot migration is refused on both sides, as apply.lua's is),
+--       K.PROMOTED (read: an API node's registration of the board),
 --       then the keys the checks and the write list name by position.
 -- ARGV: the header G, then G.NF fence (field, value the worker read: '' = absent), G.ND
 --       directories (key position, length the worker read), G.NX hash fields that must be as
@@ -33,7 +34,8 @@
 -- or a value is not what the worker read (someone else wrote the board since: nothing written);
 -- {2, fingerprint...} when those ids were applied less than the id window ago (nothing
 -- written); {4} when a next rolling period's preparation began (apply.lua writes the chunk:
--- nothing written); {-1, epoch} a fence of another epoch, {-1, ''} no fence and no slot mark (apply.lua's
+-- nothing written); {5, 0 | 1} when the board's registration by an API node (K.PROMOTED exists)
+-- is not what G.PROMOTED says (nothing written: the worker learns it, and writes through apply.lua); {-1, epoch} a fence of another epoch, {-1, ''} no fence and no slot mark (apply.lua's
 -- answers: nothing written).
 local function key(pos) return KEYS[tonumber(pos)] end
 local fields = {'e'}
@@ -45,6 +47,8 @@ if stored[1] and stored[1] ~= epoch then return {-1, stored[1]} end
 if not stored[1] and ARGV[G.MARKED] == '1' and redis.call('EXISTS', KEYS[K.SLOT]) == 0 then
   return {-1, ''}
 end
+local promoted = redis.call('EXISTS', KEYS[K.PROMOTED])
+if promoted ~= (ARGV[G.PROMOTED] == '1' and 1 or 0) then return {5, promoted} end
 if (redis.call('GET', KEYS[K.SEQ]) or '0') ~= ARGV[G.EXPECT] then return {0} end
 for k = 1, tonumber(ARGV[G.NF]) do
   if (stored[k + 1] or '') ~= ARGV[at + 2 * k] then return {0} end
