@@ -66,6 +66,7 @@ async def follow_hot_boards(app: web.Application) -> AsyncIterator[None]:
 
     async def watch() -> None:
         while not stopping.is_set():
+            state.hot.tick()  # boards read often enough turn hot, idle ones leave memory
             state.metrics.hot_ready.set(1 if state.hot.ready else 0)
             for board, hot in state.hot.boards.items():
                 state.metrics.replayed.labels(board).set(hot.replayed)
@@ -155,6 +156,8 @@ def create_app(settings: Settings, boards: BoardsConfig, clock: Clock = system_m
     add_routes(app, front)
     front.catch_all(app)
     app.cleanup_ctx.append(follow_hot_boards)
+    state.metrics.watch_hot(state.hot)
+    state.hot.on_promoted.append(state.warm.drop)  # what the warm cache kept of it: memory answers now
     if state.warm.enabled:
         feed = ChangeFeed(
             settings.key_prefix,

@@ -12,16 +12,22 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import queue
 import threading
 import time
 import uuid
+from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import Consumer, TopicPartition
+import redis
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 
+from api import promoted
 from api.hotmeta import HotMeta
 from api.hotwindow import HotWindow
+from api.readrates import ReadRates
 from common.boards import BoardsConfig, Order
 from common.cache_records import (
     CHUNK_V2,
@@ -45,10 +51,12 @@ from common.settings import Settings
 from common.store.encoding import tie_mode
 from common.store.keys import TOTAL_INSTANCE, BoardKeys
 from common.store.shards import board_of, index_of, shard_names
+from common.store.topology import Store
 
 _log = logging.getLogger(__name__)
 BATCH = 10_000
 SWEEP_MS = 60_000
+REFUSED_S = 60.0  # a board that could not be made hot by itself is not tried again for this long
 
 
 @dataclass
@@ -79,6 +87,9 @@ class HotBoard:
     _staged_seqs: dict[bytes, bytes] = field(init=False, default_factory=dict)
     # per shard: the seq up to which the whole board was emptied (a window created later too)
     floors: list[int] = field(init=False)
+    # a board the node made hot by itself (api/promoted.py): per periodic window, the start of
+    # the first period memory holds (older ones are read from Redis); None: every period
+    since: dict[str, int] | None = None
 
     def __post_init__(self) -> None:
         self.shard_names = shard_names(self.board, self.shards)
@@ -167,6 +178,14 @@ class HotBoard:
     def caught_up(self) -> bool:
         """Each shard's marker reached the seq Redis had when replay started."""
         return all(self.markers.get(name, -1) >= seq for name, seq in self.targets.items() if seq > 0)
+
+    def serves(self, window: str, period_start_ms: int) -> bool:
+        """Whether memory holds the period of `window` starting at `period_start_ms` (0: total)."""
+        since = self.since
+        return since is None or period_start_ms >= since.get(window, 0)
+
+    def members(self) -> int:
+        return sum(len(window) for window in self.instances.values())
 
     def window(self, instance: str) -> HotWindow:
         found = self.instances.get(instance)
@@ -271,6 +290,23 @@ class HotBoards:
         # every name in Redis of a hot board (each shard's), as record keys spell it
         self._by_name = {name.encode(): hot for hot in self.boards.values() for name in hot.names}
         self.ready = not self.boards
+        # boards made hot by themselves (api/promoted.py): the loop's view (loading or in memory)
+        # and the thread's (being loaded, kept in memory), what the loop asks of the thread, and
+        # the boards not to try again before a time
+        self.rates = ReadRates(
+            settings.hot_promote_reads_per_s, settings.hot_idle_s, settings.hot_promote_max_boards
+        )
+        self.promoting = settings.hot_promote_reads_per_s > 0
+        self.promoted: set[str] = set()
+        self.refused: dict[str, float] = {}
+        self.promotions = 0
+        self.demotions: Counter[str] = Counter()
+        self.on_promoted: list[Callable[[str], None]] = []  # as a board starts being served from memory
+        self._requests: queue.SimpleQueue[tuple[str, str]] = queue.SimpleQueue()
+        self._loading: dict[str, promoted.Loading] = {}
+        self._kept: dict[str, promoted.Kept] = {}
+        self._partitions = 0
+        self._sampled = time.monotonic()
         self.reached_ends = False
         self.started = time.monotonic()
         self.ready_after_s: float | None = 0.0 if self.ready else None
@@ -278,7 +314,7 @@ class HotBoards:
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self.error: str | None = None
-        if self.boards:
+        if self.boards or self.promoting:
             self._consumer().close()  # a bad RANKSTREAM_KAFKA_* setting stops the node now, in one line
 
     def hot_window(self, board: str, window: str) -> HotBoard | None:
@@ -287,7 +323,7 @@ class HotBoards:
 
     # --- lifecycle ----------------------------------------------------------------------------
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
-        if not self.boards:
+        if not self.boards and not self.promoting:
             return
         self._loop = loop
         self._thread = threading.Thread(target=self._run, name="hot-boards", daemon=True)
@@ -361,18 +397,186 @@ class HotBoards:
             ends = {
                 p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in wanted
             }
+            self._partitions = count
             consumer.assign([TopicPartition(topic, p, -2) for p in wanted])  # -2: the beginning
             _log.info("hot-board replay started", extra={"boards": list(self.boards), "partitions": wanted})
             while not self._stop.is_set() and not self.ready:
                 self._apply_batch(consumer.consume(BATCH, 0.05))  # replay: full batches win
                 if self._caught_up(consumer, topic, ends):
                     self._finish()
-            while not self._stop.is_set():
-                records = self._decode(consume_available(consumer, BATCH, 0.1))
-                if records and self._loop is not None:
-                    self._loop.call_soon_threadsafe(self._apply_live, records)
+            self._follow(consumer, set(wanted))
         finally:
             consumer.close()
+
+    def _follow(self, consumer: Consumer, assigned: set[int]) -> None:
+        """Hand each record to the event loop (or, of a board being loaded, apply it here), and
+        between reads: load the boards the loop asked for, renew their registrations."""
+        client = redis_client(self._settings) if self.promoting else None
+        try:
+            while not self._stop.is_set():
+                if client is not None:
+                    self._serve_requests(consumer, assigned, client)
+                    self._load(client)
+                    self._renew(client)
+                records = self._decode(consume_available(consumer, BATCH, 0.0 if self._loading else 0.1))
+                if self._loading:
+                    records = self._route(records)
+                if records and self._loop is not None:
+                    self._loop.call_soon_threadsafe(self._apply_live, records)
+                if self._loading:
+                    self._finish_loaded()
+        finally:
+            if client is not None:
+                client.close()
+
+    # --- boards made hot by themselves: the thread's side (api/promoted.py) ---------------------
+    def _serve_requests(self, consumer: Consumer, assigned: set[int], client: Store) -> None:
+        while True:
+            try:
+                kind, board = self._requests.get_nowait()
+            except queue.Empty:
+                return
+            if kind == "drop":
+                self._loading.pop(board, None)
+                self._kept.pop(board, None)
+                self._unfollow(consumer, assigned, board)
+            elif board not in self._loading and board not in self._kept:
+                try:
+                    self._begin(consumer, assigned, client, board)
+                except (redis.RedisError, KafkaException) as exc:
+                    _log.warning("could not make a board hot", extra={"board": board, "error": str(exc)})
+                    self._post(self._refuse, board)
+
+    def _begin(self, consumer: Consumer, assigned: set[int], client: Store, board: str) -> None:
+        board_type = self._config.type_for(board.split(":", 1)[0])
+        if board_type is None:  # a board nobody configured (read anyway: it answers empty)
+            self._post(self._refuse, board)
+            return
+        partition = partition_for(board, self._partitions)
+        if partition not in assigned:  # from where it ends now: what is written after counts
+            topic = self._settings.topic_cache
+            end = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)[1]
+            consumer.incremental_assign([TopicPartition(topic, partition, end)])
+            assigned.add(partition)
+        windows = tuple(w.name for w in board_type.windows)
+        hot = HotBoard(
+            board, windows, board_type.order is Order.DESC, tie_mode(board_type), board_type.shards
+        )
+        self._loading[board] = promoted.start(
+            client, self._config, self._settings.key_prefix, hot,
+            now_ms=self._clock(), skew_s=self._settings.max_future_skew_s,
+        )  # fmt: skip
+        _log.info("loading a board read often", extra={"board": board})
+
+    def _unfollow(self, consumer: Consumer, assigned: set[int], board: str) -> None:
+        """Stop reading the board's partition if no board in memory or being loaded needs it."""
+        partition = partition_for(board, self._partitions)
+        needed = {*self.boards, *self._loading, *self._kept} - {board}
+        if partition in assigned and all(partition_for(b, self._partitions) != partition for b in needed):
+            consumer.incremental_unassign([TopicPartition(self._settings.topic_cache, partition)])
+            assigned.discard(partition)
+
+    def _load(self, client: Store) -> None:
+        for board, loading in list(self._loading.items()):
+            if loading.scanned:
+                continue
+            try:
+                if promoted.step(loading, self._settings.hot_promote_max_members):
+                    promoted.targets(client, self._settings.key_prefix, loading)
+            except (redis.RedisError, promoted.TooBig) as exc:
+                _log.warning("could not make a board hot", extra={"board": board, "error": str(exc)})
+                del self._loading[board]
+                self._post(self._refuse, board)
+
+    def _route(self, records: list[Record]) -> list[Record]:
+        """Apply the records of boards being loaded; the rest, for the event loop."""
+        live: list[Record] = []
+        for record in records:
+            loading = self._loading.get(board_of(record.board))
+            if loading is None:
+                live.append(record)
+            else:
+                loading.hot.apply(record)
+        return live
+
+    def _finish_loaded(self) -> None:
+        for board, loading in list(self._loading.items()):
+            hot = loading.hot
+            if loading.scanned and hot.caught_up():
+                self._drop_expired(hot)
+                hot.finish_loading()
+                del self._loading[board]
+                now = time.monotonic()
+                self._kept[board] = promoted.Kept(loading.tokens, now, now + promoted.KEEP_ALIVE_S)
+                self._post(self._activate, hot)
+
+    def _renew(self, client: Store) -> None:
+        now = time.monotonic()
+        for board, kept in list(self._kept.items()):
+            if kept.due > now:
+                continue
+            kept.due = now + promoted.KEEP_ALIVE_S
+            try:
+                alive = promoted.renew(client, self._settings.key_prefix, kept)
+            except redis.RedisError as exc:
+                if now - kept.renewed < promoted.UNCONFIRMED_S:
+                    continue
+                _log.warning(
+                    "a board's registration could not be renewed", extra={"board": board, "error": str(exc)}
+                )
+                alive = False
+            if alive:
+                kept.renewed = now
+            else:
+                del self._kept[board]
+                self._post(self._deactivate, board, "lapsed")
+
+    def _post(self, action: Any, *args: Any) -> None:
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(action, *args)
+
+    # --- boards made hot by themselves: the event loop's side -----------------------------------
+    def tick(self) -> None:
+        """Once a second: the boards to make hot, and those idle enough to drop."""
+        now = time.monotonic()
+        elapsed, self._sampled = now - self._sampled, now
+        wanted, idle = self.rates.sample(elapsed, set(self.boards) - self.promoted, self.promoted)
+        for board in idle:
+            self._deactivate(board, "idle")
+        for board in wanted:
+            if self.refused.get(board, 0.0) > now:
+                continue
+            self.refused.pop(board, None)
+            self.promoted.add(board)
+            self._requests.put(("promote", board))
+
+    def _activate(self, hot: HotBoard) -> None:
+        if hot.board not in self.promoted:  # dropped while it loaded
+            self._requests.put(("drop", hot.board))
+            return
+        self.boards[hot.board] = hot
+        self.rates.promoted_now(hot.board)
+        self.promotions += 1
+        for action in self.on_promoted:
+            action(hot.board)
+        _log.info(
+            "a board read often is served from memory", extra={"board": hot.board, "members": hot.members()}
+        )
+
+    def _deactivate(self, board: str, reason: str) -> None:
+        if board not in self.promoted:
+            return
+        self.promoted.discard(board)
+        if self.boards.pop(board, None) is not None:
+            self.demotions[reason] += 1
+            _log.info("a board made hot by itself left memory", extra={"board": board, "reason": reason})
+        self._requests.put(("drop", board))
+
+    def _refuse(self, board: str) -> None:
+        self.promoted.discard(board)
+        self.refused[board] = time.monotonic() + REFUSED_S
+        if len(self.refused) > 10_000:
+            self.refused.clear()
 
     def _decode(self, messages: list[Any]) -> list[Record]:
         records: list[Record] = []

@@ -11,6 +11,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
+from api.hotboards import HotBoards
 from api.warm import ChangeFeed, WarmCache
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
@@ -46,6 +47,10 @@ class ApiMetrics:
         scraped (a Prometheus counter's lock and child would cost each read about 0.5 us)."""
         counts = self.hot_read_counts
         counts[board] = counts.get(board, 0) + 1
+
+    def watch_hot(self, hot: HotBoards) -> None:
+        """Boards in memory, and those made hot by themselves, read when /metrics is scraped."""
+        self.registry.register(_HotCollector(hot))
 
     def watch_warm(self, cache: WarmCache, feed: ChangeFeed) -> None:
         """The warm cache's counters, read when /metrics is scraped (nothing per request)."""
@@ -94,6 +99,42 @@ class _HotReadsCollector(Collector):
         for board, count in list(self._counts.items()):
             family.add_metric([board], count)
         yield family
+
+
+class _HotCollector(Collector):
+    def __init__(self, hot: HotBoards) -> None:
+        self._hot = hot
+
+    def collect(self) -> Iterable[Metric]:
+        hot = self._hot
+        members = GaugeMetricFamily(
+            "rankstream_api_hot_members",
+            "Members held in memory per hot board, every window and period it holds",
+            labels=["board", "source"],
+        )
+        for board, held in list(hot.boards.items()):
+            members.add_metric([board, "config" if held.since is None else "promoted"], held.members())
+        yield members
+        yield CounterMetricFamily(
+            "rankstream_api_hot_promotions", "Boards made hot by their read rate", value=hot.promotions
+        )
+        demotions = CounterMetricFamily(
+            "rankstream_api_hot_demotions",
+            "Boards made hot by themselves that left memory: idle, or their registration lapsed",
+            labels=["reason"],
+        )
+        for reason, count in hot.demotions.items():
+            demotions.add_metric([reason], count)
+        yield demotions
+        in_memory = sum(1 for board in hot.promoted if board in hot.boards)
+        yield GaugeMetricFamily(
+            "rankstream_api_hot_promoted_boards", "Boards made hot by themselves, in memory", value=in_memory
+        )
+        yield GaugeMetricFamily(
+            "rankstream_api_hot_loading_boards",
+            "Boards made hot by themselves, being loaded",
+            value=len(hot.promoted) - in_memory,
+        )
 
 
 class _WarmCollector(Collector):

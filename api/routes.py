@@ -44,7 +44,7 @@ def reader_for(request: web.Request, where: Target) -> BoardReader:
     """Hot board windows answer from memory (and never touch Redis); the rest from Redis."""
     state = request.app[APP_STATE]
     hot = state.hot.hot_window(where.board, where.window)
-    if hot is not None:
+    if hot is not None and hot.serves(where.window, where.period_start_ms):  # (a period it holds)
         if not hot.ready:
             raise ApiError(503, "warming_up", "this node is still loading the board into memory")
         state.metrics.hot_read(where.board)
@@ -80,10 +80,13 @@ def warm(handler: Handler) -> Handler:
     @functools.wraps(handler)
     async def serve(request: web.Request) -> web.StreamResponse:
         state = request.app[APP_STATE]
+        board = request.match_info["board"]
+        if state.hot.promoting:  # how often each board is read: the most read turn hot
+            state.hot.rates.seen(board)
         key = state.request_keys.get(request.raw_path)
         if key is None:
             return await handler(request)
-        hot = state.hot.boards.get(request.match_info["board"])
+        hot = state.hot.boards.get(board)
         if hot is not None and hot.ready:
             kept = hot_kept(request, hot, key)
             if kept is not None:

@@ -212,6 +212,11 @@ class WarmCache:
         if low is not None and before > low:
             self.gaps += 1  # a notice for this board was lost: the answers are dropped all the same
 
+    def drop(self, board: str) -> None:
+        """Serve nothing kept of `board` any more (it is served from memory from now on)."""
+        if board in self._generations:
+            self._generations[board] += 1
+
     def new_epoch(self) -> None:
         self.epoch += 1
         self._answers.clear()

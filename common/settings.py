@@ -326,6 +326,33 @@ class Settings(BaseModel):
         description="`stale-while-revalidate` of read answers (seconds): how long after max-age a "
         "cache may still serve one while it asks again in the background.",
     )
+    hot_promote_reads_per_s: float = Field(
+        default=0.0,
+        ge=0,
+        description="Reads per second (over about 10 s) at which an API node makes a board hot by "
+        "itself: it loads the board into memory while Redis keeps answering, and serves it from "
+        "memory once it holds it exactly. `0`: only the boards listed under `hot` are. Every worker "
+        "must run this release first (see "
+        "[boards that turn hot](hot-boards.md#boards-that-turn-hot-by-themselves)).",
+    )
+    hot_idle_s: float = Field(
+        default=300.0,
+        gt=0,
+        description="A board an API node made hot by itself is dropped from its memory once its "
+        "reads per second, averaged over about this many seconds, fall below a quarter of "
+        "`RANKSTREAM_HOT_PROMOTE_READS_PER_S`.",
+    )
+    hot_promote_max_boards: int = Field(
+        default=16,
+        ge=0,
+        description="How many boards an API node makes hot by itself at most (the most read first).",
+    )
+    hot_promote_max_members: int = Field(
+        default=1_000_000,
+        gt=0,
+        description="A board holding more members than this (in the periods a node would load) is "
+        "not made hot by itself: it stays in Redis.",
+    )
     top_cache_ttl_s: float = Field(
         default=1.0,
         ge=0,

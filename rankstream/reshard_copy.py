@@ -32,10 +32,9 @@ from common.periods import parse_period
 from common.store.apply import ApplyEvent, ApplyRequest, ApplyScript, ForeignEpoch, Instance, PromotionChanged
 from common.store.encoding import Packing, text, tie_mode
 from common.store.keys import BUCKET_PREFIX, BoardKeys
-from common.store.scan import SCAN_COUNT, state_pages
+from common.store.scan import SCAN_COUNT, instance_packing, state_pages
 from common.store.shards import count_of, shard_index, shard_names
 from common.store.topology import Store
-from worker.backfill import instance_packing
 
 RESTORE = "restore"  # apply.lua's op
 EVENTS_PER_CALL = 500

@@ -22,19 +22,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
-from common.boards import BoardsConfig, BoardType, Window, WindowKind
+from common.boards import BoardsConfig
 from common.cache_records import CHUNK_BYTES, CHUNK_MEMBERS, ChunkRow
-from common.periods import parse_period
 from common.store import scan
 from common.store.encoding import (
-    Packing,
-    TieMode,
     hot_flag,
     hot_flag_covers,
     text,
-    tie_mode,
-    window_bits,
-    window_packing,
 )
 from common.store.keys import BoardKeys, hot_flagged
 from common.store.scan import StateRow
@@ -44,36 +38,6 @@ from worker.publisher import CachePublisher
 
 _log = logging.getLogger(__name__)
 LOCK_MS = 600_000
-
-
-def _instances(client: Store, keys: BoardKeys, windows: tuple[str, ...], boards: BoardsConfig,
-               board_type_name: str) -> list[tuple[str, Packing | None, TieMode]]:  # fmt: skip
-    """Every instance of the hot windows Redis holds, how each packs and orders its ties."""
-    board_type = boards.type_for(board_type_name)
-    assert board_type is not None
-    out: list[tuple[str, Packing | None, TieMode]] = []
-    for name in windows:
-        window = board_type.window(name)
-        total = window.kind is WindowKind.TOTAL
-        packed = window_bits(board_type, window) is not None
-        for instance in scan.instances(client, keys, name, total, packed):
-            try:
-                packing = instance_packing(boards, board_type, window, instance)
-            except ValueError:  # a period id the window no longer has (a season taken out of the config)
-                continue
-            out.append((instance, packing, tie_mode(board_type)))
-    return out
-
-
-def instance_packing(
-    boards: BoardsConfig, board_type: BoardType, window: Window, instance: str
-) -> Packing | None:
-    """How an instance (`total`, `<window>:<period id>`) of the window packs; raises ValueError
-    for a period id the window does not have."""
-    if window.kind is WindowKind.TOTAL:
-        return window_packing(board_type, window, 0)
-    start = parse_period(window, instance.split(":", 1)[1], boards.timezone).start_ms
-    return window_packing(board_type, window, start)
 
 
 def _publish_instance(
@@ -123,7 +87,7 @@ def backfill_board(
         seq0 = int(client.get(keys.seq) or 0)
         records = publisher.records
         published = 0
-        instances = _instances(client, keys, windows, boards, board.split(":", 1)[0])
+        instances = scan.window_instances(client, keys, windows, boards, board.split(":", 1)[0])
         for instance, packing, mode in instances:
             rows = (row for page in scan.state_pages(client, keys, instance, packing, mode) for row in page)
             published += _publish_instance(publisher, board, instance, seq0, rows)

@@ -38,10 +38,11 @@ def node_env(settings: Settings, **extra: str) -> dict[str, str]:
     )
 
 
-def start_api(group: Children, name: str, settings: Settings) -> tuple[Child, str]:
-    """An API node on a free port, warm cache on (the default); (the process, its base URL)."""
+def start_api(group: Children, name: str, settings: Settings, **extra: str) -> tuple[Child, str]:
+    """An API node on a free port, warm cache on (the default); `extra`: more RANKSTREAM_*
+    settings; (the process, its base URL)."""
     port = free_port()
-    env = node_env(settings, RANKSTREAM_API_PORT=str(port), RANKSTREAM_API_HOST=HOST)
+    env = node_env(settings, RANKSTREAM_API_PORT=str(port), RANKSTREAM_API_HOST=HOST, **extra)
     child = group.spawn(name, [sys.executable, "-m", "rankstream.cli", "api"], env)
     return child, f"http://{HOST}:{port}"
 

@@ -19,10 +19,14 @@ run count, not absolute numbers):
    steady rate, each a new member that outranks all others; a poller reads the top 1 every
    2 ms. Event i is visible once the top member is v<j>, j >= i (the board's events stay in
    order from update_rank to update_cache to memory) (bench/hot/visibility.py).
+6. `promotion_s_100k`: a 100k-member board no config makes hot, read often on an API node with
+   RANKSTREAM_HOT_PROMOTE_READS_PER_S: from its decision to load the board to its first answer
+   from memory (bench/hot/promotion.py).
 
 Knobs: RANKSTREAM_BENCH_HOT_MEMBERS (1000000), RANKSTREAM_BENCH_ROUNDS (2),
 RANKSTREAM_BENCH_WRK_S (8), RANKSTREAM_BENCH_VIS_RATE (500), RANKSTREAM_BENCH_VIS_S (10),
-RANKSTREAM_BENCH_PROFILE (1: cProfile the replay in a child process; 0: skip it).
+RANKSTREAM_BENCH_PROFILE (1: cProfile the replay in a child process; 0: skip it),
+RANKSTREAM_BENCH_PROMOTE_MEMBERS (100000).
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ from bench.hot.board import BOARD, COLD_YAML, FOLDER, HOT_YAML
 from bench.hot.footprint import footprint
 from bench.hot.loading import backfill, replay
 from bench.hot.profile import profile_replay
+from bench.hot.promotion import promotion
 from bench.hot.visibility import DEFAULT_VIS_RATE, DEFAULT_VIS_S, VIS_LINGER_MS, visibility
 from common.boards import load_boards
 from common.settings import Settings
@@ -73,6 +78,8 @@ ROWS = [
     Row("backfill_records_per_s"),
     Row("ready_s_1m", "ready_s_1m", at_most=True),
     Row("ready_after_s"),
+    Row("promotion_s_100k"),
+    Row("promotion_from_first_read_s"),
     Row("replay_records_per_s", "replay_records_per_s"),
     Row("bytes_per_member", "bytes_per_member", at_most=True),
     Row("bytes_per_member_tracemalloc"),
@@ -190,8 +197,10 @@ def run() -> Result:
             group, stack, settings, hot_api=hot_api, hot_base=hot_base, members=members, wrk=wrk
         )
         vis = visibility(group, stack, settings, hot_api, hot_base)
+        promoted = promotion(group, stack, settings, boards)
     phases = {"fill": filled, "backfill": backfilled, "replay": replayed, "replay_profile": profile,
-              "memory_rss": mem, "memory_tracemalloc": traced, "visibility": vis}  # fmt: skip
+              "memory_rss": mem, "memory_tracemalloc": traced, "visibility": vis,
+              "promotion": promoted}  # fmt: skip
     return {
         **_summary(members, phases, results, extra),
         **head,
@@ -230,6 +239,9 @@ def _summary(members: int, phases: dict[str, Any], results: dict[str, Result], e
         "backfill_records_per_s": backfilled["records_per_s"],
         "backfill_worker_producer_error": backfilled.get("worker_producer_error"),
         "ready_after_s": replayed["ready_after_s"],
+        "promotion_s_100k": phases["promotion"]["promotion_s"],
+        "promotion_from_first_read_s": phases["promotion"]["from_first_read_s"],
+        "promotion_members": phases["promotion"]["members"],
         "records_replayed": replayed["records_replayed"],
         "bytes_per_member_tracemalloc": traced["bytes_per_member"],
         "api_rss_bytes_per_member": (

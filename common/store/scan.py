@@ -1,11 +1,10 @@
-"""What backfill reads from Redis, typed: the instances of a window and, page by page, every
-member's state in one instance with its meta (SCAN and paged scripts: no call blocks Redis for
-long).
+"""What backfill, and an API node making a board hot by itself, read from Redis, typed: the
+instances of a window and, page by page, every member's state in one instance with its meta
+(SCAN and paged scripts: no call blocks Redis for long).
 A general window's states are read through its tie index (statepage.lua), or the state hash of
 an instance the previous release wrote (HSCAN). A packed window's states are its zsets' scores
 (common/store/packing.py), read by value across its rank and overflow zsets (packedpage.lua).
-Either way a member max_members moves between the two zsets while backfill reads is never
-missed."""
+Either way a member max_members moves between the two zsets while it reads is never missed."""
 
 from __future__ import annotations
 
@@ -13,7 +12,18 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import cast
 
-from common.store.encoding import MemberState, Packing, TieMode, parse_state, text
+from common.boards import BoardsConfig, BoardType, Window, WindowKind
+from common.periods import parse_period
+from common.store.encoding import (
+    MemberState,
+    Packing,
+    TieMode,
+    parse_state,
+    text,
+    tie_mode,
+    window_bits,
+    window_packing,
+)
 from common.store.keys import TOTAL_INSTANCE, BoardKeys
 from common.store.scripts import load_script
 from common.store.topology import Store
@@ -123,3 +133,33 @@ def _with_metas(client: Store, keys: BoardKeys, states: dict[bytes, MemberState]
         StateRow(text(member), states[member], meta.encode() if isinstance(meta, str) else meta)
         for member, meta in zip(members, metas, strict=True)
     ]
+
+
+def window_instances(client: Store, keys: BoardKeys, windows: tuple[str, ...], boards: BoardsConfig,
+               board_type_name: str) -> list[tuple[str, Packing | None, TieMode]]:  # fmt: skip
+    """Every instance of the hot windows Redis holds, how each packs and orders its ties."""
+    board_type = boards.type_for(board_type_name)
+    assert board_type is not None
+    out: list[tuple[str, Packing | None, TieMode]] = []
+    for name in windows:
+        window = board_type.window(name)
+        total = window.kind is WindowKind.TOTAL
+        packed = window_bits(board_type, window) is not None
+        for instance in instances(client, keys, name, total, packed):
+            try:
+                packing = instance_packing(boards, board_type, window, instance)
+            except ValueError:  # a period id the window no longer has (a season taken out of the config)
+                continue
+            out.append((instance, packing, tie_mode(board_type)))
+    return out
+
+
+def instance_packing(
+    boards: BoardsConfig, board_type: BoardType, window: Window, instance: str
+) -> Packing | None:
+    """How an instance (`total`, `<window>:<period id>`) of the window packs; raises ValueError
+    for a period id the window does not have."""
+    if window.kind is WindowKind.TOTAL:
+        return window_packing(board_type, window, 0)
+    start = parse_period(window, instance.split(":", 1)[1], boards.timezone).start_ms
+    return window_packing(board_type, window, start)

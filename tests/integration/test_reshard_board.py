@@ -23,7 +23,7 @@ from common.settings import Settings
 from common.store import shardcount
 from common.store.encoding import text, tie_mode
 from common.store.keys import BoardKeys, shard_moves
-from common.store.scan import state_pages
+from common.store.scan import instance_packing, state_pages
 from common.store.shards import shard_names
 from common.store.topology import Store
 from rankstream.reshard import reshard_board
@@ -31,7 +31,6 @@ from rankstream.topics import ensure_topics
 from tests.helpers import BOTH_TOPOLOGIES, committed_so_far, running_worker, wait_for
 from tests.integration.test_hot_boards import NodeRunner
 from tests.oracle import now_ms
-from worker.backfill import instance_packing
 
 pytestmark = [pytest.mark.integration, BOTH_TOPOLOGIES]
 

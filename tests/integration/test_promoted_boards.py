@@ -1,0 +1,153 @@
+"""A board no config makes hot turns hot by itself on a node that reads it often, under writes:
+the node loads it while Redis answers, serves it from memory once it holds exactly what Redis
+holds (every member's state, the order and the meta, in every period it serves), follows it
+from then on, and drops it once it is no longer read; it never holds the node's readiness."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, cast
+
+import pytest
+import redis
+
+from api import promoted
+from api.hotboards import HotBoard
+from api.state import APP_STATE
+from common.boards import load_boards
+from common.periods import parse_period
+from common.settings import Settings
+from common.store.encoding import TIE_WIDTH
+from common.store.keys import TOTAL_INSTANCE, BoardKeys
+from tests.helpers import BOTH_TOPOLOGIES, applied_so_far, produce, running_worker, wait_for
+from tests.integration.test_hot_boards import (
+    ALL_BOARDS,
+    NodeRunner,
+    hot_settings,
+    model_with_history,
+    wait_memory_caught_up,
+)
+from tests.integration.test_hot_record_formats import assert_meta_equals_redis
+from tests.oracle import TIE, generate, now_ms
+from tests.redis_layout import read_general
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+BOARD = "gift:r0"
+READ = f"/v1/boards/{BOARD}/top?limit=5&window=day"
+
+
+def served_equals_redis(client: redis.Redis, settings: Settings, hot: HotBoard) -> int:
+    """Every period memory serves holds what Redis holds, member by member and in order (those
+    it does not serve are read from Redis); the members compared."""
+    boards = load_boards(settings.boards)
+    board_type = boards.type_for(BOARD.split(":", 1)[0])
+    assert board_type is not None
+    keys = BoardKeys(settings.key_prefix, BOARD)
+
+    def start_of(instance: str) -> int:
+        if instance == TOTAL_INSTANCE:
+            return 0
+        window, period = instance.split(":", 1)
+        return parse_period(board_type.window(window), period, boards.timezone).start_ms
+
+    def served(instance: str) -> bool:
+        return hot.serves(instance.split(":", 1)[0], start_of(instance))
+
+    in_redis = {TOTAL_INSTANCE} if client.exists(keys.rank(TOTAL_INSTANCE)) else set()
+    for window in board_type.windows:
+        pattern = keys.instance_pattern(window.name, False)
+        in_redis |= {raw.decode()[len(keys.rank("")) :] for raw in client.scan_iter(match=pattern)}
+    in_memory = {instance for instance, held in hot.instances.items() if len(held)}
+    assert {i for i in in_memory if served(i)} == {i for i in in_redis if served(i)}
+    compared = 0
+    for instance in (i for i in in_redis if served(i)):
+        stored = read_general(client, keys.tag, instance, not hot.desc, TIE["gift"])
+        held = hot.instances[instance]
+        assert {m: (score, tie) for m, (score, tie, _) in held.items().items()} == stored, instance
+        rows = cast(list[bytes], client.zrevrange(keys.rank(instance), 0, -1))
+        assert [m for m, _ in held.page(0, len(rows), reverse=False)] == [
+            r.decode()[TIE_WIDTH:] for r in rows
+        ]
+        compared += len(stored)
+    return compared
+
+
+@BOTH_TOPOLOGIES
+def test_a_board_read_often_turns_hot_under_writes_exactly_and_leaves_when_idle(
+    make_settings, tmp_path, rclient, monkeypatch
+):
+    settings = hot_settings(make_settings, tmp_path, hot=False, hot_promote_reads_per_s=5.0, hot_idle_s=2.0)
+    start = now_ms()
+    messages = list(generate(seed=47, total=30_000, now_ms=start, boards=ALL_BOARDS))
+    model, _ = model_with_history(messages, start)
+    head, during, after = messages[:12_000], messages[12_000:22_000], messages[22_000:]
+    produce(settings, head)
+    keys = BoardKeys(settings.key_prefix, BOARD)
+
+    def seq() -> int:
+        return int(rclient.get(keys.seq) or 0)
+
+    # while the node reads the board's pages (after it registered the board and read its seq):
+    # more events, applied before it reads on, so pages and records overlap
+    real_step = promoted.step
+    struck: list[int] = []
+
+    def step_under_writes(loading: promoted.Loading, limit: int) -> bool:
+        if not struck:
+            struck.append(seq())
+            produce(settings, during)
+            wait_for(lambda: seq() > struck[0] + 20, 60, "the board written while it loads")
+        return real_step(loading, limit)
+
+    monkeypatch.setattr(promoted, "step", step_under_writes)
+    reading = threading.Event()
+    reading.set()
+
+    with running_worker(settings):
+        wait_for(lambda: applied_so_far(rclient, settings) > 5_000, 60, "the board filled")
+        with NodeRunner(settings) as node:
+            assert node.get("/readyz")[0] == 200  # nothing configured hot: ready at once
+
+            def read() -> None:  # a room's viewers: the board is read often
+                while reading.is_set():
+                    assert node.get(READ)[0] == 200
+                    time.sleep(0.01)  # pacing the viewers (about 50 reads a second), not a wait
+
+            viewers = threading.Thread(target=read)
+            viewers.start()
+
+            def loaded(app: Any) -> bool:
+                hot = app[APP_STATE].hot.boards.get(BOARD)
+                return hot is not None and hot.ready
+
+            wait_for(lambda: node.call(loaded), 90, "the board hot")
+            assert struck and node.call(lambda app: hot_of(app).targets[BOARD]) > struck[0]
+            produce(settings, after)  # followed from then on
+            total = sum(model.seq.values())
+            wait_for(lambda: applied_so_far(rclient, settings) >= total, 120, "all applied")
+            wait_memory_caught_up(node, rclient, settings)
+            assert node.call(lambda app: served_equals_redis(rclient, settings, hot_of(app))) > 50
+            assert (
+                node.call(lambda app: assert_meta_equals_redis(rclient, settings.key_prefix, hot_of(app))) > 0
+            )
+            status, body = node.get(READ)
+            assert status == 200 and body["source"] == "memory"
+            assert node.get("/readyz")[0] == 200
+
+            reading.clear()
+            viewers.join(30)
+            wait_for(
+                lambda: node.call(lambda app: BOARD not in app[APP_STATE].hot.boards), 60, "the board idle"
+            )
+            status, body = node.get(READ)
+            assert status == 200 and body["source"] == "redis"
+            counts = node.call(
+                lambda app: (app[APP_STATE].hot.promotions, dict(app[APP_STATE].hot.demotions))
+            )
+            assert counts == (1, {"idle": 1})
+
+
+def hot_of(app: Any) -> HotBoard:
+    board: HotBoard = app[APP_STATE].hot.boards[BOARD]
+    return board
