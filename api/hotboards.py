@@ -306,6 +306,7 @@ class HotBoards:
         self._loading: dict[str, promoted.Loading] = {}
         self._kept: dict[str, promoted.Kept] = {}
         self._partitions = 0
+        self._pinned = frozenset(self.boards)  # the config's: the thread's own copy
         self._sampled = time.monotonic()
         self.reached_ends = False
         self.started = time.monotonic()
@@ -471,7 +472,7 @@ class HotBoards:
     def _unfollow(self, consumer: Consumer, assigned: set[int], board: str) -> None:
         """Stop reading the board's partition if no board in memory or being loaded needs it."""
         partition = partition_for(board, self._partitions)
-        needed = {*self.boards, *self._loading, *self._kept} - {board}
+        needed = {*self._pinned, *self._loading, *self._kept} - {board}  # (self.boards is the loop's)
         if partition in assigned and all(partition_for(b, self._partitions) != partition for b in needed):
             consumer.incremental_unassign([TopicPartition(self._settings.topic_cache, partition)])
             assigned.discard(partition)

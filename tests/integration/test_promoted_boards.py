@@ -16,10 +16,11 @@ from api import promoted
 from api.hotboards import HotBoard
 from api.state import APP_STATE
 from common.boards import load_boards
-from common.periods import parse_period
+from common.periods import parse_period, previous_period
 from common.settings import Settings
 from common.store.encoding import TIE_WIDTH
 from common.store.keys import TOTAL_INSTANCE, BoardKeys
+from common.store.shards import shard_names
 from tests.helpers import BOTH_TOPOLOGIES, applied_so_far, produce, running_worker, wait_for
 from tests.integration.test_hot_boards import (
     ALL_BOARDS,
@@ -29,7 +30,7 @@ from tests.integration.test_hot_boards import (
     wait_memory_caught_up,
 )
 from tests.integration.test_hot_record_formats import assert_meta_equals_redis
-from tests.oracle import TIE, generate, now_ms
+from tests.oracle import SHARDED_BOARDS, TIE, generate, now_ms
 from tests.redis_layout import read_general
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -151,3 +152,75 @@ def test_a_board_read_often_turns_hot_under_writes_exactly_and_leaves_when_idle(
 def hot_of(app: Any) -> HotBoard:
     board: HotBoard = app[APP_STATE].hot.boards[BOARD]
     return board
+
+
+SHARDED = "split:h0"
+
+
+@BOTH_TOPOLOGIES
+def test_a_sharded_board_turned_hot_answers_as_a_node_reading_redis_does(make_settings, tmp_path, rclient):
+    """Each of its shards registered, read and followed apart; every answer from memory equals
+    the answer of a node that reads Redis, in each window's current and previous period."""
+    settings = hot_settings(make_settings, tmp_path, hot=False, hot_promote_reads_per_s=5.0)
+    plain = settings.model_copy(update={"hot_promote_reads_per_s": 0.0})
+    start = now_ms()
+    messages = list(generate(seed=53, total=6_000, now_ms=start, boards=SHARDED_BOARDS))
+    model, _ = model_with_history(messages, start)
+    produce(settings, messages[:3_000])
+    boards = load_boards(settings.boards)
+    board_type = boards.type_for("split")
+    assert board_type is not None
+    reading = threading.Event()
+    reading.set()
+
+    with running_worker(settings):
+        wait_for(lambda: applied_so_far(rclient, settings, SHARDED_BOARDS) > 500, 60, "the board filled")
+        with NodeRunner(settings) as node, NodeRunner(plain) as from_redis:
+
+            def read() -> None:
+                while reading.is_set():
+                    assert node.get(f"/v1/boards/{SHARDED}/top?limit=5")[0] == 200
+                    time.sleep(0.01)  # pacing the viewers, not a wait
+
+            viewers = threading.Thread(target=read)
+            viewers.start()
+            try:
+                wait_for(
+                    lambda: node.call(lambda app: SHARDED in app[APP_STATE].hot.boards), 90, "the board hot"
+                )
+                produce(settings, messages[3_000:])
+                total = sum(model.seq.values())
+                wait_for(lambda: applied_so_far(rclient, settings) >= total, 120, "all applied")
+                names = shard_names(SHARDED, board_type.shards)
+
+                def shards_caught_up() -> bool:  # each shard's marker reached that shard's seq
+                    markers = node.call(lambda app: dict(app[APP_STATE].hot.boards[SHARDED].markers))
+                    seqs = {n: int(rclient.get(BoardKeys(settings.key_prefix, n).seq) or 0) for n in names}
+                    return all(markers.get(n, -1) >= seq for n, seq in seqs.items())
+
+                wait_for(shards_caught_up, 60, "memory caught up with each shard")
+                compared = 0
+                for window in ("total", "day", "week"):
+                    _, current = from_redis.get(f"/v1/boards/{SHARDED}/top?limit=1&window={window}")
+                    periods = [current["period"]]
+                    if window != "total":
+                        found = parse_period(board_type.window(window), current["period"], boards.timezone)
+                        before = previous_period(board_type.window(window), found, boards.timezone)
+                        periods += [before.id] if before is not None else []
+                    for period in periods:
+                        query = f"window={window}" + ("" if window == "total" else f"&period={period}")
+                        status, hot = node.get(f"/v1/boards/{SHARDED}/top?limit=500&{query}")
+                        _, cold = from_redis.get(f"/v1/boards/{SHARDED}/top?limit=500&{query}&nocache=1")
+                        assert status == 200 and hot.pop("source") == "memory", query
+                        assert cold.pop("source") == "redis"
+                        assert hot == cold, query
+                        compared += len(hot["items"])
+                        for entry in hot["items"][:20]:
+                            path = f"/v1/boards/{SHARDED}/members/{entry['member']}/around?n=3&{query}"
+                            got, want = node.get(path)[1], from_redis.get(path + "&nocache=1")[1]
+                            assert got.pop("source") == "memory" and want.pop("source") == "redis"
+                            assert got == want, path
+                assert compared > 50
+            finally:
+                reading.clear()
+                viewers.join(30)
