@@ -19,6 +19,7 @@ from confluent_kafka import Producer
 from pydantic import SecretStr
 
 from common.boards import load_boards
+from common.periods import parse_period
 from common.settings import Settings
 from common.store.keys import partition_sources
 from common.store.topology import Store, connect
@@ -152,6 +153,17 @@ def _run_the_service(settings: Settings, producer: Producer) -> None:
         client, boards, settings.key_prefix, clock=lambda: at, epoch=lambda: epoch, owner="t"
     )
     marks = f"{settings.key_prefix}{{gift:room42}}:rp:*"
+    board_type = boards.type_for("gift")
+    assert board_type is not None
+
+    def ahead(key: Any) -> bool:  # the marker of a period not begun yet (one a preparer prepares)
+        window, period = _text(key).rsplit(":", 2)[1:]
+        return parse_period(board_type.window(window), period, boards.timezone).start_ms > now
+
+    # within the claim lead of the hour's end, the worker's own preparer (the real clock) has
+    # prepared them already: undone, so that this user's preparer prepares them whatever the time
+    for key in [k for k in client.scan_iter(marks) if ahead(k)]:
+        client.delete(key)
     before = set(client.scan_iter(marks))
     deadline = time.monotonic() + 60
     while preparer.step():
