@@ -68,13 +68,15 @@ async def follow_hot_boards(app: web.Application) -> AsyncIterator[None]:
         while not stopping.is_set():
             state.hot.tick()  # boards read often enough turn hot, idle ones leave memory
             state.metrics.hot_ready.set(1 if state.hot.ready else 0)
-            for board, hot in state.hot.boards.items():
+            # a copy: boards turn hot and leave memory meanwhile (the loop runs between the reads)
+            for board, hot in list(state.hot.boards.items()):
                 state.metrics.replayed.labels(board).set(hot.replayed)
                 try:
                     names = shard_names(board, hot.shards)  # a sharded board's seq: the shards' sum
                     got = [await state.redis.call("GET", BoardKeys(state.key_prefix, n).seq) for n in names]
                     seq = sum(int(value or 0) for value in got)
                     state.metrics.hot_lag.labels(board).set(max(seq - hot.seq, 0))
+                    state.hot.checked(board, seq)
                 except redis.RedisError:  # away, loading, refusing: reported, not raised
                     pass  # the lag is unknown while Redis is away; reads from memory go on
             with contextlib.suppress(TimeoutError):

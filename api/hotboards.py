@@ -16,7 +16,7 @@ import queue
 import threading
 import time
 import uuid
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -57,6 +57,7 @@ _log = logging.getLogger(__name__)
 BATCH = 10_000
 SWEEP_MS = 60_000
 REFUSED_S = 60.0  # a board that could not be made hot by itself is not tried again for this long
+BEHIND_S = 10.0  # a board made hot by itself whose memory has not reached the seq Redis had then leaves
 
 
 @dataclass
@@ -303,6 +304,7 @@ class HotBoards:
         self.demotions: Counter[str] = Counter()
         self.on_promoted: list[Callable[[str], None]] = []  # as a board starts being served from memory
         self._requests: queue.SimpleQueue[tuple[str, str]] = queue.SimpleQueue()
+        self._seen_seqs: dict[str, deque[tuple[float, int]]] = {}  # (when, Redis' seq) per promoted board
         self._loading: dict[str, promoted.Loading] = {}
         self._kept: dict[str, promoted.Kept] = {}
         self._partitions = 0
@@ -551,6 +553,26 @@ class HotBoards:
             self.promoted.add(board)
             self._requests.put(("promote", board))
 
+    def checked(self, board: str, redis_seq: int) -> None:
+        """Redis' seq of a board, read now. A board made hot by itself must reflect it within
+        BEHIND_S (every write to it is published with a marker); one that does not is written
+        unpublished (by a worker of an earlier release, say): it leaves memory, and is not made
+        hot again for REFUSED_S."""
+        hot = self.boards.get(board)
+        if hot is None or hot.since is None:
+            return
+        now = time.monotonic()
+        seen = self._seen_seqs.setdefault(board, deque())
+        seen.append((now, redis_seq))
+        while seen and now - seen[0][0] >= BEHIND_S:
+            _, seq = seen.popleft()
+            if hot.marker < seq:
+                _log.warning("a board made hot by itself fell behind Redis: read from Redis again",
+                             extra={"board": board, "seq": seq, "marker": hot.marker})  # fmt: skip
+                self._deactivate(board, "behind")
+                self._refuse(board)
+                return
+
     def _activate(self, hot: HotBoard) -> None:
         if hot.board not in self.promoted:  # dropped while it loaded
             self._requests.put(("drop", hot.board))
@@ -568,6 +590,7 @@ class HotBoards:
         if board not in self.promoted:
             return
         self.promoted.discard(board)
+        self._seen_seqs.pop(board, None)
         if self.boards.pop(board, None) is not None:
             self.demotions[reason] += 1
             _log.info("a board made hot by itself left memory", extra={"board": board, "reason": reason})

@@ -120,7 +120,7 @@ class _HotCollector(Collector):
         )
         demotions = CounterMetricFamily(
             "rankstream_api_hot_demotions",
-            "Boards made hot by themselves that left memory: idle, or their registration lapsed",
+            "Boards made hot by themselves that left memory: idle, registration lapsed, behind Redis",
             labels=["reason"],
         )
         for reason, count in hot.demotions.items():

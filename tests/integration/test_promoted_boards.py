@@ -16,6 +16,7 @@ from api import promoted
 from api.hotboards import HotBoard
 from api.state import APP_STATE
 from common.boards import load_boards
+from common.events import Op, UpdateEvent
 from common.periods import parse_period, previous_period
 from common.settings import Settings
 from common.store.encoding import TIE_WIDTH
@@ -32,6 +33,7 @@ from tests.integration.test_hot_boards import (
 from tests.integration.test_hot_record_formats import assert_meta_equals_redis
 from tests.oracle import SHARDED_BOARDS, TIE, generate, now_ms
 from tests.redis_layout import read_general
+from worker.apply import Applier
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 BOARD = "gift:r0"
@@ -224,3 +226,49 @@ def test_a_sharded_board_turned_hot_answers_as_a_node_reading_redis_does(make_se
             finally:
                 reading.clear()
                 viewers.join(30)
+
+
+def test_a_board_written_unpublished_falls_behind_and_is_read_from_redis_again(
+    make_settings, tmp_path, rclient
+):
+    """A write no worker publishes (a worker of an earlier release, which does not check the
+    registration): memory does not reach Redis' seq within BEHIND_S, so the board leaves memory
+    and is read from Redis again, and is not made hot again at once."""
+    settings = hot_settings(make_settings, tmp_path, hot=False, hot_promote_reads_per_s=5.0)
+    boards = load_boards(settings.boards)
+    writer = Applier(rclient, boards, settings.key_prefix, 3600, epoch="E")  # writes, publishes nothing
+    now = now_ms()
+    writer.apply([(event(f"a{i}", f"u{i % 7}", i), now) for i in range(30)])
+    reading = threading.Event()
+    reading.set()
+    with NodeRunner(settings) as node:
+
+        def read() -> None:
+            while reading.is_set():
+                assert node.get(READ)[0] == 200
+                time.sleep(0.01)  # pacing the viewers, not a wait
+
+        viewers = threading.Thread(target=read)
+        viewers.start()
+        try:
+            wait_for(lambda: node.call(lambda app: BOARD in app[APP_STATE].hot.boards), 60, "the board hot")
+            assert node.get(READ)[1]["source"] == "memory"
+            writer.apply([(event(f"b{i}", "u1", 100), now) for i in range(5)])  # unpublished
+            wait_for(
+                lambda: node.call(lambda app: BOARD not in app[APP_STATE].hot.boards), 60, "the board dropped"
+            )
+            status, body = node.get(READ)
+            assert status == 200 and body["source"] == "redis" and body["items"][0]["member"] == "u1"
+            counts = node.call(
+                lambda app: (app[APP_STATE].hot.promotions, dict(app[APP_STATE].hot.demotions))
+            )
+            assert counts == (1, {"behind": 1})
+            assert node.call(lambda app: BOARD in app[APP_STATE].hot.refused)  # not again at once
+        finally:
+            reading.clear()
+            viewers.join(30)
+
+
+def event(event_id: str, member: str, score: float) -> UpdateEvent:
+    return UpdateEvent(id=event_id, board=BOARD, board_type="gift", member=member, op=Op.INCR, score=score,
+                       ts=None, meta=None)  # fmt: skip
