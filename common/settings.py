@@ -350,8 +350,9 @@ class Settings(BaseModel):
     hot_promote_max_members: int = Field(
         default=1_000_000,
         gt=0,
-        description="A board holding more members than this (in the periods a node would load) is "
-        "not made hot by itself: it stays in Redis.",
+        description="A board holding more member states than this, counted over every window period "
+        "a node would load (a member in 3 of them counts 3 times), is not made hot by itself: it "
+        "stays in Redis.",
     )
     top_cache_ttl_s: float = Field(
         default=1.0,
