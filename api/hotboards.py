@@ -28,7 +28,7 @@ from api import promoted
 from api.hotmeta import HotMeta
 from api.hotwindow import HotWindow
 from api.readrates import ReadRates
-from common.boards import BoardsConfig, Order
+from common.boards import BoardsConfig, BoardType, Order
 from common.cache_records import (
     CHUNK_V2,
     STATE_V2,
@@ -91,6 +91,11 @@ class HotBoard:
     # a board the node made hot by itself (api/promoted.py): per periodic window, the start of
     # the first period memory holds (older ones are read from Redis); None: every period
     since: dict[str, int] | None = None
+
+    @classmethod
+    def of(cls, board: str, windows: tuple[str, ...], board_type: BoardType) -> HotBoard:
+        """An empty board of this type, holding these windows."""
+        return cls(board, windows, board_type.order is Order.DESC, tie_mode(board_type), board_type.shards)
 
     def __post_init__(self) -> None:
         self.shard_names = shard_names(self.board, self.shards)
@@ -286,8 +291,7 @@ class HotBoards:
         for hot in boards.hot:
             board_type = boards.type_for(hot.board.split(":", 1)[0])
             assert board_type is not None  # the config loader checked it
-            desc, mode = board_type.order is Order.DESC, tie_mode(board_type)
-            self.boards[hot.board] = HotBoard(hot.board, hot.windows, desc, mode, board_type.shards)
+            self.boards[hot.board] = HotBoard.of(hot.board, hot.windows, board_type)
         # every name in Redis of a hot board (each shard's), as record keys spell it
         self._by_name = {name.encode(): hot for hot in self.boards.values() for name in hot.names}
         self.ready = not self.boards
@@ -461,10 +465,7 @@ class HotBoards:
             end = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)[1]
             consumer.incremental_assign([TopicPartition(topic, partition, end)])
             assigned.add(partition)
-        windows = tuple(w.name for w in board_type.windows)
-        hot = HotBoard(
-            board, windows, board_type.order is Order.DESC, tie_mode(board_type), board_type.shards
-        )
+        hot = HotBoard.of(board, tuple(w.name for w in board_type.windows), board_type)
         self._loading[board] = promoted.start(
             client, self._config, self._settings.key_prefix, hot,
             now_ms=self._clock(), skew_s=self._settings.max_future_skew_s,
@@ -541,6 +542,8 @@ class HotBoards:
     # --- boards made hot by themselves: the event loop's side -----------------------------------
     def tick(self) -> None:
         """Once a second: the boards to make hot, and those idle enough to drop."""
+        if not self.promoting:
+            return
         now = time.monotonic()
         elapsed, self._sampled = now - self._sampled, now
         wanted, idle = self.rates.sample(elapsed, set(self.boards) - self.promoted, self.promoted)

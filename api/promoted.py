@@ -24,9 +24,8 @@ served from memory; older ones from Redis (`HotBoard.since`)."""
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo
 
@@ -43,7 +42,6 @@ from common.store.topology import Store
 if TYPE_CHECKING:
     from api.hotboards import HotBoard
 
-_log = logging.getLogger(__name__)
 REGISTRATION_TTL_MS = 30_000
 KEEP_ALIVE_S = 10.0  # renewed this often: a renewal can fail twice before the TTL runs out
 UNCONFIRMED_S = 20.0  # no renewal for this long (Redis away): the board leaves memory
@@ -164,8 +162,6 @@ class Kept:
     tokens: dict[str, str]
     renewed: float
     due: float = 0.0  # when it is renewed next
-    partition: int = -1
-    lapsed: list[str] = field(default_factory=list)
 
 
 def renew(client: Store, prefix: str, kept: Kept, ttl_ms: int = REGISTRATION_TTL_MS) -> bool:

@@ -40,10 +40,6 @@ class ReadRates:
         elif len(counts) < MAX_COUNTED:
             counts[board] = 1
 
-    def rate(self, board: str) -> float:
-        found = self._rates.get(board)
-        return 0.0 if found is None else found.short
-
     def sample(self, elapsed_s: float, hot: set[str], promoted: set[str]) -> tuple[list[str], list[str]]:
         """Fold in the reads counted over the last `elapsed_s` seconds: (boards to promote, best
         first, within max_promoted; promoted boards to drop). `hot`: boards in memory by the

@@ -601,8 +601,7 @@ class Applier:
             decided = self._decided(requests)
             for k, reply in enumerate(decided):  # the board's registration changed: apply.lua's
                 if isinstance(reply, PromotionChanged):
-                    self.promotions.learn(round_[k].board, reply.promoted)
-                    requests[k], decided[k] = self._request(round_[k], wants[k]), None
+                    requests[k], decided[k] = self._learned(requests[k], reply), None
             got: list[list[Outcome]] = [[] for _ in round_]
             # what the worker did not decide goes to apply.lua, in calls it may take
             rest = [k for k, reply in enumerate(decided) if reply is None]
@@ -630,15 +629,19 @@ class Applier:
             if not again:
                 break
             for i in again:
-                found = cast(PromotionChanged, replies[i]).promoted
-                self.promotions.learn(requests[i].keys.board, found)
-                requests[i] = dataclasses.replace(
-                    requests[i], promoted=found, want_state=requests[i].want_state or found
-                )
+                requests[i] = self._learned(requests[i], cast(PromotionChanged, replies[i]))
             for i, reply in zip(again, self._script.run_many(self._client, [requests[i] for i in again]),
                                 strict=True):  # fmt: skip
                 replies[i] = reply
         return replies
+
+    def _learned(self, request: ApplyRequest, found: PromotionChanged) -> ApplyRequest:
+        """What a refusal taught of the board's registration, and the request again knowing it
+        (its states reported while the board is registered)."""
+        self.promotions.learn(request.keys.board, found.promoted)
+        return dataclasses.replace(
+            request, promoted=found.promoted, want_state=request.want_state or found.promoted
+        )
 
     def _outcomes(
         self, chunk: _Chunk, want: bool, reply: ApplyReply | Exception, failures: list[Failure]

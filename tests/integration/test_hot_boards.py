@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, cast
 
@@ -108,10 +108,14 @@ def memory_snapshot(hot: HotBoard) -> dict[str, dict[str, tuple[float, int, int]
 
 
 def assert_memory_equals_redis(
-    client: redis.Redis, prefix: str, hot: HotBoard, windows: Iterable[str] | None = None
+    client: redis.Redis,
+    prefix: str,
+    hot: HotBoard,
+    windows: Iterable[str] | None = None,
+    served: Callable[[str], bool] = lambda instance: True,
 ) -> int:
     """Member by member (score and tie time) and in order, every hot window instance (`windows`:
-    the board's hot windows, if not HOT's)."""
+    the board's hot windows, if not HOT's; `served`: the instances memory answers for)."""
     keys = BoardKeys(prefix, hot.board)
     compared = 0
     redis_instances: dict[str, int | None] = {}  # instance -> its packed tie bits (None: general)
@@ -121,7 +125,8 @@ def assert_memory_equals_redis(
         pattern = keys.rank("total") if window == "total" else keys.instance_pattern(window, packed)
         for raw in client.scan_iter(match=pattern):
             redis_instances[raw.decode()[len(keys.rank("", packed)) :]] = bits
-    memory_instances = {i for i, w in hot.instances.items() if len(w)}
+    redis_instances = {i: bits for i, bits in redis_instances.items() if served(i)}
+    memory_instances = {i for i, w in hot.instances.items() if len(w) and served(i)}
     assert memory_instances == set(redis_instances), hot.board
     for inst, bits in redis_instances.items():
         if bits is None:

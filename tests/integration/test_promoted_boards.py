@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, cast
+from typing import Any
 
 import pytest
 import redis
@@ -19,20 +19,19 @@ from common.boards import load_boards
 from common.events import Op, UpdateEvent
 from common.periods import parse_period, previous_period
 from common.settings import Settings
-from common.store.encoding import TIE_WIDTH
 from common.store.keys import TOTAL_INSTANCE, BoardKeys
 from common.store.shards import shard_names
 from tests.helpers import BOTH_TOPOLOGIES, applied_so_far, produce, running_worker, wait_for
 from tests.integration.test_hot_boards import (
     ALL_BOARDS,
     NodeRunner,
+    assert_memory_equals_redis,
     hot_settings,
     model_with_history,
     wait_memory_caught_up,
 )
 from tests.integration.test_hot_record_formats import assert_meta_equals_redis
-from tests.oracle import SHARDED_BOARDS, TIE, generate, now_ms
-from tests.redis_layout import read_general
+from tests.oracle import SHARDED_BOARDS, generate, now_ms
 from worker.apply import Applier
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -46,7 +45,6 @@ def served_equals_redis(client: redis.Redis, settings: Settings, hot: HotBoard) 
     boards = load_boards(settings.boards)
     board_type = boards.type_for(BOARD.split(":", 1)[0])
     assert board_type is not None
-    keys = BoardKeys(settings.key_prefix, BOARD)
 
     def start_of(instance: str) -> int:
         if instance == TOTAL_INSTANCE:
@@ -57,23 +55,8 @@ def served_equals_redis(client: redis.Redis, settings: Settings, hot: HotBoard) 
     def served(instance: str) -> bool:
         return hot.serves(instance.split(":", 1)[0], start_of(instance))
 
-    in_redis = {TOTAL_INSTANCE} if client.exists(keys.rank(TOTAL_INSTANCE)) else set()
-    for window in board_type.windows:
-        pattern = keys.instance_pattern(window.name, False)
-        in_redis |= {raw.decode()[len(keys.rank("")) :] for raw in client.scan_iter(match=pattern)}
-    in_memory = {instance for instance, held in hot.instances.items() if len(held)}
-    assert {i for i in in_memory if served(i)} == {i for i in in_redis if served(i)}
-    compared = 0
-    for instance in (i for i in in_redis if served(i)):
-        stored = read_general(client, keys.tag, instance, not hot.desc, TIE["gift"])
-        held = hot.instances[instance]
-        assert {m: (score, tie) for m, (score, tie, _) in held.items().items()} == stored, instance
-        rows = cast(list[bytes], client.zrevrange(keys.rank(instance), 0, -1))
-        assert [m for m, _ in held.page(0, len(rows), reverse=False)] == [
-            r.decode()[TIE_WIDTH:] for r in rows
-        ]
-        compared += len(stored)
-    return compared
+    windows = [window.name for window in board_type.windows]
+    return assert_memory_equals_redis(client, settings.key_prefix, hot, windows, served)
 
 
 @BOTH_TOPOLOGIES
