@@ -16,6 +16,7 @@ PROMOTE_SPAN_S = 10.0  # the short average's time constant (s)
 DEMOTE_FRACTION = 0.25  # of the threshold: below it, over the idle span, a promoted board goes
 FORGET_BELOW = 0.05  # reads/s: a board averaging less is no longer followed (unless promoted)
 MAX_COUNTED = 100_000  # boards counted between two samples (names are the callers'): beyond, none more
+MAX_FOLLOWED = 10_000  # boards whose averages are kept: beyond, the half read least is forgotten
 
 
 @dataclass
@@ -53,6 +54,13 @@ class ReadRates:
             per_s = counts.get(board, 0) / steps
             rate = self._rates.get(board)
             if rate is None:
+                # followed once it is read at least as often as a promoted board must stay (from
+                # nothing, an average of fewer reads can't reach the threshold); names are the
+                # callers': a flood of them must not grow the node (_make_room)
+                if per_s < self.threshold * DEMOTE_FRACTION:
+                    continue
+                if len(self._rates) >= MAX_FOLLOWED:
+                    self._make_room(promoted)
                 rate = self._rates[board] = _Rate(long=per_s)
             rate.short = rate.short * short_keep + per_s * (1 - short_keep)
             rate.long = rate.long * long_keep + per_s * (1 - long_keep)
@@ -69,6 +77,12 @@ class ReadRates:
             key=lambda b: -self._rates[b].short,
         )
         return wanted[: max(room, 0)], drop
+
+    def _make_room(self, promoted: set[str]) -> None:
+        """Forget the half of the boards followed, not promoted, read least (short average)."""
+        followed = sorted((b for b in self._rates if b not in promoted), key=lambda b: self._rates[b].short)
+        for board in followed[: len(followed) // 2 + 1]:
+            del self._rates[board]
 
     def rate_long(self, board: str) -> float:
         found = self._rates.get(board)

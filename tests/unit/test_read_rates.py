@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from api.promoted import coverage
-from api.readrates import DEMOTE_FRACTION, ReadRates
+from api.readrates import DEMOTE_FRACTION, MAX_FOLLOWED, ReadRates
 from common.boards import parse_boards
 
 CONFIG = """
@@ -101,3 +101,15 @@ def test_a_promoted_board_serves_the_current_and_previous_periods_and_later_ones
     hours = sorted(i for i in load if i.startswith("hour:"))
     assert hours == [f"hour:2026-11-30T0{h}" for h in range(5)]  # the previous, the current, 3 h ahead
     assert sorted(i for i in load if i.startswith("last_3h:"))[0] == "last_3h:2026-11-30T00"
+
+
+def test_a_flood_of_names_read_rarely_is_not_followed_and_what_is_followed_is_bounded():
+    """Names are the callers': what a node keeps of them stays bounded, and a board read often is
+    still made hot."""
+    rates = ReadRates(threshold=20, idle_s=300, max_promoted=4)
+    run(rates, {f"gift:{i}": 4 for i in range(2_000)}, 3, set())  # below a quarter of the threshold
+    assert not rates._rates
+    run(rates, {f"gift:{i}": 6 for i in range(3 * MAX_FOLLOWED)}, 1, set())
+    assert len(rates._rates) <= MAX_FOLLOWED
+    wanted, _ = run(rates, {"gift:a": 200}, 5, set())  # a board read often still finds room
+    assert wanted == {"gift:a"}
