@@ -19,21 +19,30 @@ import redis
 
 from common.errors import StackError
 from common.store.topology import SLOTS
-from rankstream.stack import REDIS_INSTALL_HINT, LocalRedis, ensure_redis_server, port_bindable
+from rankstream.stack import REDIS_INSTALL_HINT, LocalRedis, ensure_redis_server, ephemeral_low, port_bindable
 
 BUS_OFFSET = 10_000  # a node's cluster bus listens on its port + 10000 (so the port is <= 55535)
 
 
+NODE_PORTS = (20_000, 30_000)  # where nodes listen, their buses 10000 higher (free_port's are below)
+
+
 def free_node_port(taken: set[int]) -> int:
-    """A loopback port free for a cluster node and for its bus (the port + 10000), below the
-    kernel's usual ephemeral range so neither is likely taken meanwhile."""
+    """A loopback port free for a cluster node and for its bus (the port + 10000), both below the
+    kernel's ephemeral range where it has one (Linux' 32768 by default cuts the nodes' range to
+    20000-22767), so no outgoing connection takes either while the node starts (one CI run met a
+    node failing to bind a bus port a connection had taken meanwhile)."""
     rng = random.SystemRandom()
+    low, until = NODE_PORTS
+    ephemeral = ephemeral_low()
+    if ephemeral is not None and ephemeral - BUS_OFFSET - low >= 100:
+        until = min(until, ephemeral - BUS_OFFSET)
     for _ in range(1_000):
-        port = rng.randrange(20_000, 30_000)
+        port = rng.randrange(low, until)
         near = {port, port + BUS_OFFSET}
         if not near & taken and port_bindable(port) and port_bindable(port + BUS_OFFSET):
             return port
-    raise StackError("no free port pair for a Redis Cluster node in 20000-40000")
+    raise StackError(f"no free port pair for a Redis Cluster node in {low}-{until + BUS_OFFSET}")
 
 
 def _cmd(client: redis.Redis, *args: str | int) -> Any:

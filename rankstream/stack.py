@@ -42,11 +42,11 @@ def cache_dir() -> Path:
 _EPHEMERAL = Path("/proc/sys/net/ipv4/ip_local_port_range")
 # where free_port looks first: above the well-known and registered services' ports, below both
 # the kernel's usual ephemeral range and the Redis Cluster nodes' ports (rankstream/cluster.py:
-# 20000-30000, their buses 10000 higher)
+# from 20000, their buses 10000 higher, both below the ephemeral range)
 _PORTS_FROM, _PORTS_UNTIL = 10_000, 20_000
 
 
-def _ephemeral_low() -> int | None:
+def ephemeral_low() -> int | None:
     """The first port the kernel hands out to outgoing connections (Linux); None: unknown."""
     try:
         return int(_EPHEMERAL.read_text().split()[0])
@@ -59,7 +59,7 @@ def free_port(span: int = 1) -> int:
     kernel's ephemeral range where it has one, so no client connection takes it while the server
     starts (two CI runs met Kafka failing to bind a port a connection had taken meanwhile).
     Elsewhere, one the kernel picks."""
-    low = _ephemeral_low()
+    low = ephemeral_low()
     until = min(low, _PORTS_UNTIL) if low is not None else 0
     if until - span > _PORTS_FROM:
         for _ in range(200):

@@ -8,7 +8,8 @@ import sys
 import pytest
 
 from common.errors import StackError
-from rankstream.stack import _ephemeral_low, _run_quiet, free_port, free_port_pair, port_bindable, port_open
+from rankstream.cluster import BUS_OFFSET, NODE_PORTS, free_node_port
+from rankstream.stack import _run_quiet, ephemeral_low, free_port, free_port_pair, port_bindable, port_open
 
 
 def test_a_port_held_by_a_clients_connection_is_not_bindable_though_nothing_listens_there():
@@ -38,7 +39,7 @@ def test_a_free_pair_has_both_ports_free():
 def test_a_free_port_is_outside_the_range_client_connections_take():
     """On Linux, below the kernel's ephemeral range (and the cluster nodes' ports): no outgoing
     connection can take it while the server that was given it starts."""
-    low = _ephemeral_low()
+    low = ephemeral_low()
     if low is None:  # not Linux: the kernel's own pick
         assert port_bindable(free_port())
         return
@@ -63,3 +64,12 @@ def test_a_failed_step_says_what_the_jvm_said_not_its_stack_frames():
     said = str(failed.value)
     assert "Invalid cluster.id" in said
     assert "StorageTool.scala" not in said and "more" not in said
+
+
+def test_a_cluster_node_and_its_bus_are_outside_the_range_client_connections_take():
+    """A node's port and its bus (the port + 10000) both below the kernel's ephemeral range."""
+    low = ephemeral_low()
+    ports = [free_node_port(set()) for _ in range(50)]
+    assert all(port_bindable(port) and port_bindable(port + BUS_OFFSET) for port in ports)
+    if low is not None and low - BUS_OFFSET - NODE_PORTS[0] >= 100:
+        assert all(NODE_PORTS[0] <= port and port + BUS_OFFSET < low for port in ports)
