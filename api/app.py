@@ -126,7 +126,7 @@ async def openapi(request: web.Request) -> web.Response:
 def create_app(settings: Settings, boards: BoardsConfig, clock: Clock = system_ms) -> web.Application:
     client = open_pipe(
         settings.redis_url.get_secret_value(), settings.redis_cluster, connect_timeout=1, reply_timeout=2,
-        name=READS_NAME,
+        name=READS_NAME, tls=settings.redis_tls(),
     )  # fmt: skip
     state = ApiState(
         boards=boards,

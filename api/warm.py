@@ -308,7 +308,9 @@ class ChangeFeed:
             except Exception as exc:  # noqa: BLE001 - a bad notice: the feed starts again
                 ended.set_exception(exc)
 
-        feed = Subscription(self._reads.feed_url(self._attempts), deliver, name=self._name)
+        feed = Subscription(
+            self._reads.feed_url(self._attempts), deliver, name=self._name, tls=self._reads.tls
+        )
         self._attempts += 1
         await feed.open(self._channel)
         stop: asyncio.Future[Any] = asyncio.ensure_future(stopping.wait())

@@ -24,6 +24,7 @@ from pydantic import (
 )
 
 from common.errors import ConfigError
+from common.store.tls import RedisTls
 
 KAFKA_LOG = logging.getLogger("librdkafka")
 
@@ -77,6 +78,25 @@ class Settings(BaseModel):
         description="Redis URL, credentials included (`redis://:<password>@host:6379/0`, `rediss://` "
         "for TLS); a secret: never logged. With `RANKSTREAM_REDIS_CLUSTER=true`: any node of the "
         "cluster (database 0).",
+    )
+    # common/store/tls.py
+    redis_tls_ca_file: Path | None = Field(
+        default=None,
+        description="With a `rediss://` URL: the PEM file of the certificate authorities that sign "
+        "the Redis servers' certificates. Every connection (worker, API, commands, each node of a "
+        "cluster) verifies the server's certificate and name against it. Unset: the system's "
+        "trust store.",
+    )
+    redis_tls_cert_file: Path | None = Field(
+        default=None,
+        description="With a `rediss://` URL: the PEM certificate every connection presents to Redis, "
+        "for servers that require one (`tls-auth-clients yes`). Set with "
+        "`RANKSTREAM_REDIS_TLS_KEY_FILE`.",
+    )
+    redis_tls_key_file: Path | None = Field(
+        default=None,
+        description="The private key (PEM, not encrypted) of `RANKSTREAM_REDIS_TLS_CERT_FILE`; keep "
+        "it in a mounted secret.",
     )
     # common/clients.py, common/store/cluster.py
     redis_cluster: bool = Field(
@@ -398,6 +418,23 @@ class Settings(BaseModel):
                 "could ever succeed"
             )
         return self
+
+    @model_validator(mode="after")
+    def _redis_tls_with_rediss(self) -> Settings:
+        scheme = self.redis_url.get_secret_value().partition("://")[0]
+        names = [env_name(f) for f in ("redis_tls_ca_file", "redis_tls_cert_file", "redis_tls_key_file")]
+        files = [self.redis_tls_ca_file, self.redis_tls_cert_file, self.redis_tls_key_file]
+        given = [name for name, file in zip(names, files, strict=True) if file is not None]
+        if given and scheme != "rediss":
+            raise ValueError(f"{given[0]} is set but RANKSTREAM_REDIS_URL is {scheme}://: use rediss://")
+        if (self.redis_tls_cert_file is None) != (self.redis_tls_key_file is None):
+            raise ValueError(f"{names[1]} and {names[2]} go together: set both or neither")
+        return self
+
+    def redis_tls(self) -> RedisTls:
+        """What a `rediss://` connection verifies and presents (common/store/tls.py)."""
+        files = (self.redis_tls_ca_file, self.redis_tls_cert_file, self.redis_tls_key_file)
+        return RedisTls(*(None if f is None else str(f) for f in files))
 
     @field_validator("key_prefix")
     @classmethod

@@ -19,7 +19,14 @@ import redis
 
 from common.errors import StackError
 from common.store.topology import SLOTS
-from rankstream.stack import REDIS_INSTALL_HINT, LocalRedis, ensure_redis_server, ephemeral_low, port_bindable
+from rankstream.stack import (
+    REDIS_INSTALL_HINT,
+    LocalRedis,
+    TlsFiles,
+    ensure_redis_server,
+    ephemeral_low,
+    port_bindable,
+)
 
 BUS_OFFSET = 10_000  # a node's cluster bus listens on its port + 10000 (so the port is <= 55535)
 
@@ -77,6 +84,7 @@ class LocalRedisCluster:
     masters: int = 3
     replicas: int = 1
     node_timeout_ms: int = 1_000
+    tls: TlsFiles | None = None  # TLS between clients and nodes, and between nodes
     nodes: list[LocalRedis] = field(default_factory=list, init=False)
 
     @property
@@ -86,22 +94,26 @@ class LocalRedisCluster:
     @property
     def url(self) -> str:
         """Any node names the cluster; the clients discover the rest."""
-        return f"redis://127.0.0.1:{self.nodes[0].port}/0"
+        return self.nodes[0].url
 
     def start(self, timeout: float = 60.0) -> None:
         shutil.rmtree(self.folder, ignore_errors=True)
         taken: set[int] = set()
         for i in range(self.masters * (1 + self.replicas)):
             folder = self.folder / f"node{i}"
-            extra = ("--cluster-enabled", "yes", "--cluster-config-file", str(folder / "nodes.conf"),
-                     "--cluster-node-timeout", str(self.node_timeout_ms))  # fmt: skip
+            extra: tuple[str, ...] = ("--cluster-enabled", "yes", "--cluster-config-file",
+                                      str(folder / "nodes.conf"), "--cluster-node-timeout",
+                                      str(self.node_timeout_ms))  # fmt: skip
+            if self.tls is not None:
+                extra += ("--tls-cluster", "yes", "--tls-replication", "yes")
             port = free_node_port(taken)
             taken |= {port, port + BUS_OFFSET}
-            self.nodes.append(LocalRedis(f"redis{i}", folder, port=port, extra=extra))
+            self.nodes.append(LocalRedis(f"redis{i}", folder, port=port, extra=extra, tls=self.tls))
         for node in self.nodes:
             node.start()
         hosts = [f"127.0.0.1:{port}" for port in self.ports]
-        argv = [redis_cli(), "--cluster", "create", *hosts, "--cluster-replicas", str(self.replicas)]
+        argv = [redis_cli(), *self._cli_tls(), "--cluster", "create", *hosts]
+        argv += ["--cluster-replicas", str(self.replicas)]
         _cli([*argv, "--cluster-yes"], "creating the Redis Cluster", timeout)
         self.wait_ok(timeout)
 
@@ -114,7 +126,11 @@ class LocalRedisCluster:
                 node.stop(timeout=5)
 
     def client(self, port: int) -> redis.Redis:
-        return redis.Redis(port=port, socket_timeout=5, decode_responses=True)
+        tls = {} if self.tls is None else self.tls.redis_kwargs()
+        return redis.Redis(port=port, socket_timeout=5, decode_responses=True, **tls)
+
+    def _cli_tls(self) -> list[str]:
+        return [] if self.tls is None else self.tls.redis_cli_args()
 
     def alive(self) -> list[int]:
         return [n.port for n in self.nodes if n.proc is not None and n.proc.poll() is None]
@@ -217,6 +233,7 @@ class LocalRedisCluster:
 
     def reshard(self, source: int, to: int, slots: int) -> None:
         """`redis-cli --cluster reshard`: move `slots` slots from one master to another."""
-        argv = [redis_cli(), "--cluster", "reshard", f"127.0.0.1:{source}", "--cluster-from"]
-        argv += [self.node_id(source), "--cluster-to", self.node_id(to), "--cluster-slots", str(slots)]
+        argv = [redis_cli(), *self._cli_tls(), "--cluster", "reshard", f"127.0.0.1:{source}"]
+        argv += ["--cluster-from", self.node_id(source), "--cluster-to", self.node_id(to)]
+        argv += ["--cluster-slots", str(slots)]
         _cli([*argv, "--cluster-yes"], "resharding the Redis Cluster", timeout=300)

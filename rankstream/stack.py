@@ -22,6 +22,7 @@ import uuid
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import redis
 from confluent_kafka.admin import AdminClient
@@ -364,24 +365,53 @@ def kafka_answers(bootstrap: str, timeout: float = 2.0) -> bool:
         return False
 
 
+@dataclass(frozen=True)
+class TlsFiles:
+    """PEM files of a TLS server: its certificate and key (also good as a client's, for the
+    server's own checks and tools) and the authority whose certificates its clients must show."""
+
+    ca: Path
+    cert: Path
+    key: Path
+
+    def redis_args(self) -> list[str]:
+        """redis-server's options: TLS only (no plain port), client certificates required."""
+        return ["--tls-cert-file", str(self.cert), "--tls-key-file", str(self.key),
+                "--tls-ca-cert-file", str(self.ca), "--tls-auth-clients", "yes"]  # fmt: skip
+
+    def redis_cli_args(self) -> list[str]:
+        return ["--tls", "--cacert", str(self.ca), "--cert", str(self.cert), "--key", str(self.key)]
+
+    def redis_kwargs(self) -> dict[str, Any]:
+        """A redis-py client's, as the server itself."""
+        return {"ssl": True, "ssl_ca_certs": str(self.ca), "ssl_certfile": str(self.cert),
+                "ssl_keyfile": str(self.key)}  # fmt: skip
+
+
 @dataclass
 class LocalRedis(_Server):
-    """redis-server on loopback; `persist` keeps data across restarts (append-only file)."""
+    """redis-server on loopback; `persist` keeps data across restarts (append-only file); with
+    `tls`, its port speaks TLS only and wants a client certificate."""
 
     port: int = 6379
     persist: bool = False
     extra: tuple[str, ...] = ()  # more redis-server options (a cluster node's: rankstream/cluster.py)
+    tls: TlsFiles | None = None
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        return f"{'redis' if self.tls is None else 'rediss'}://127.0.0.1:{self.port}/0"
 
     def start(self, timeout: float = 20.0) -> None:
         binary = ensure_redis_server()
         if not port_bindable(self.port):
             raise StackError(f"port {self.port} is taken: stop what listens there or pick another port")
         self.folder.mkdir(parents=True, exist_ok=True)
-        argv = [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--daemonize", "no"]
+        argv = [binary, "--bind", "127.0.0.1", "--daemonize", "no"]
+        if self.tls is None:
+            argv += ["--port", str(self.port)]
+        else:
+            argv += ["--port", "0", "--tls-port", str(self.port), *self.tls.redis_args()]
         argv += ["--dir", str(self.folder), "--logfile", str(self.folder / "redis.log"), "--save", ""]
         argv += ["--appendonly", "yes" if self.persist else "no"]
         # big keys (a million-member rolling period expiring, a reset) are freed off Redis' thread
@@ -395,7 +425,7 @@ class LocalRedis(_Server):
         ]
         self._spawn([*argv, *self.extra])
         deadline = time.monotonic() + timeout
-        client = redis.Redis(port=self.port, socket_connect_timeout=0.5)
+        client = self.client(socket_connect_timeout=0.5)
         while time.monotonic() < deadline:
             self._check_alive()
             try:
@@ -405,3 +435,8 @@ class LocalRedis(_Server):
             except redis.RedisError:
                 time.sleep(0.1)
         raise StackError(f"Redis did not answer on port {self.port} within {timeout:.0f}s")
+
+    def client(self, **kwargs: Any) -> redis.Redis:
+        """A client of this server (with its own certificate when TLS)."""
+        tls = {} if self.tls is None else self.tls.redis_kwargs()
+        return redis.Redis(port=self.port, **kwargs, **tls)

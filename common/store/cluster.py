@@ -29,6 +29,7 @@ from redis.crc import key_slot
 from redis.exceptions import AskError, ClusterDownError, MovedError, TryAgainError
 
 from common.store.pipe import Arg, Pipe, RedisPipe, connection_args
+from common.store.tls import NO_TLS, RedisTls
 from common.store.topology import SLOTS
 
 MAX_TRIES = 8  # MOVED replies a call may meet (a map that keeps being wrong)
@@ -56,10 +57,11 @@ class ClusterPipe:
     """`send` and `call` as RedisPipe's, over every master of a cluster (see the module's doc)."""
 
     def __init__(
-        self, url: str, connect_timeout: float = 1.0, reply_timeout: float = 2.0, name: str = ""
-    ) -> None:
+        self, url: str, connect_timeout: float = 1.0, reply_timeout: float = 2.0, name: str = "",
+        tls: RedisTls = NO_TLS,
+    ) -> None:  # fmt: skip
         parts = urlsplit(url)
-        self._url, self._name = parts, name
+        self._url, self._name, self.tls = parts, name, tls
         self._timeouts = (connect_timeout, reply_timeout)
         self._give_up_s = 2 * reply_timeout + 2 * connect_timeout
         self._seed: Node = (parts.hostname or "127.0.0.1", parts.port or 6379)
@@ -96,7 +98,7 @@ class ClusterPipe:
         pipe = self._pipes.get(node)
         if pipe is None:
             connect, reply = self._timeouts
-            pipe = self._pipes[node] = RedisPipe(self.url_of(node), connect, reply, self._name)
+            pipe = self._pipes[node] = RedisPipe(self.url_of(node), connect, reply, self._name, self.tls)
         return pipe
 
     def _route(self, args: tuple[Arg, ...], outer: asyncio.Future[Any], tries: int, until: float) -> None:
@@ -270,9 +272,12 @@ def _retrieve(future: asyncio.Future[Any]) -> None:
         future.exception()
 
 
-def open_pipe(url: str, cluster: bool, connect_timeout: float, reply_timeout: float, name: str) -> Pipe:
+def open_pipe(
+    url: str, cluster: bool, connect_timeout: float, reply_timeout: float, name: str, *,
+    tls: RedisTls = NO_TLS,
+) -> Pipe:  # fmt: skip
     """The API's Redis connection: one server's, or a cluster's (RANKSTREAM_REDIS_CLUSTER)."""
     if cluster:
-        connection_args(url)  # the same URL check as one server's
-        return ClusterPipe(url, connect_timeout, reply_timeout, name)
-    return RedisPipe(url, connect_timeout, reply_timeout, name)
+        connection_args(url, tls=tls)  # the same URL check as one server's
+        return ClusterPipe(url, connect_timeout, reply_timeout, name, tls)
+    return RedisPipe(url, connect_timeout, reply_timeout, name, tls)

@@ -36,6 +36,7 @@ import redis
 from redis._parsers.base import BaseParser
 
 from common.errors import ConfigError
+from common.store.tls import NO_TLS, RedisTls
 
 Arg = str | bytes | int | float
 _WATCH_S = 0.25  # how often the reply timeout is checked
@@ -66,15 +67,19 @@ def pack(args: tuple[Arg, ...] | list[bytes]) -> bytes:
     return packed
 
 
-def connection_args(url: str, name: str = "") -> tuple[str, int, list[list[bytes]], ssl.SSLContext | None]:
+def connection_args(
+    url: str, name: str = "", tls: RedisTls = NO_TLS
+) -> tuple[str, int, list[list[bytes]], ssl.SSLContext | None]:
     """(host, port, the commands that open a session: AUTH, SELECT, CLIENT SETNAME `name`, TLS)
-    of a redis:// or rediss:// URL, as redis-py reads it (user:password@host:port/db)."""
+    of a redis:// or rediss:// URL, as redis-py reads it (user:password@host:port/db); a
+    rediss:// URL's TLS is `tls`'s context."""
     parts = urlsplit(url)
     if parts.scheme not in {"redis", "rediss"}:
-        # the API's reads need TCP (unix sockets and URL query options are redis-py's alone)
+        # the API's reads need TCP (unix sockets are redis-py's alone)
         raise ConfigError(
             f"RANKSTREAM_REDIS_URL: the API needs a redis:// or rediss:// URL, not {parts.scheme}://"
         )
+    check_no_query(url)
     hello: list[list[bytes]] = []
     if parts.password is not None:
         user = unquote(parts.username or "default").encode()
@@ -84,13 +89,25 @@ def connection_args(url: str, name: str = "") -> tuple[str, int, list[list[bytes
         hello.append([b"SELECT", db.encode()])
     if name:
         hello.append([b"CLIENT", b"SETNAME", name.encode()])  # what CLIENT LIST shows operators
-    context = ssl.create_default_context() if parts.scheme == "rediss" else None
+    context = tls.context() if parts.scheme == "rediss" else None
     return parts.hostname or "127.0.0.1", parts.port or 6379, hello, context
+
+
+def check_no_query(url: str) -> None:
+    """Options in the URL's query (`?ssl_ca_certs=...`) would be read by some clients and not
+    others: every process refuses them, and TLS files are settings (common/store/tls.py)."""
+    if urlsplit(url).query:
+        raise ConfigError(
+            "RANKSTREAM_REDIS_URL: options after '?' are not read; set TLS files with "
+            "RANKSTREAM_REDIS_TLS_CA_FILE, _CERT_FILE and _KEY_FILE"
+        )
 
 
 class Pipe(Protocol):
     """What the API's reads need of a Redis connection: RedisPipe (one server) or ClusterPipe
     (common/store/cluster.py)."""
+
+    tls: RedisTls  # what the change feed's own connection uses too
 
     def send(self, *args: Arg) -> asyncio.Future[Any]: ...
 
@@ -174,10 +191,11 @@ class RedisPipe:
     """One auto-pipelined Redis connection for asyncio code (see the module's doc)."""
 
     def __init__(
-        self, url: str, connect_timeout: float = 1.0, reply_timeout: float = 2.0, name: str = ""
-    ) -> None:
-        self._url = url
-        self._host, self._port, self._hello, self._ssl = connection_args(url, name)
+        self, url: str, connect_timeout: float = 1.0, reply_timeout: float = 2.0, name: str = "",
+        tls: RedisTls = NO_TLS,
+    ) -> None:  # fmt: skip
+        self._url, self.tls = url, tls
+        self._host, self._port, self._hello, self._ssl = connection_args(url, name, tls)
         self._connect_timeout, self._reply_timeout = connect_timeout, reply_timeout
         self._out: list[bytes] = []  # queued, not yet written
         self._queued: list[asyncio.Future[Any]] = []

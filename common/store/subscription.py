@@ -11,6 +11,7 @@ import hiredis
 import redis
 
 from common.store.pipe import connection_args, pack, parsed
+from common.store.tls import NO_TLS, RedisTls
 
 
 class _Feed(asyncio.Protocol):
@@ -40,9 +41,10 @@ class Subscription:
     delivered."""
 
     def __init__(
-        self, url: str, deliver: Callable[[Any], None], connect_timeout: float = 1.0, name: str = ""
-    ) -> None:
-        self._host, self._port, hello, self._ssl = connection_args(url, name)
+        self, url: str, deliver: Callable[[Any], None], connect_timeout: float = 1.0, name: str = "",
+        tls: RedisTls = NO_TLS,
+    ) -> None:  # fmt: skip
+        self._host, self._port, hello, self._ssl = connection_args(url, name, tls)
         self._hello = [c for c in hello if c[0] != b"SELECT"]  # pub/sub spans every db
         self._deliver, self._connect_timeout = deliver, connect_timeout
         self._skip = len(self._hello)
