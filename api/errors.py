@@ -21,6 +21,10 @@ _UNAVAILABLE = (
     redis.exceptions.AskError,  # and MovedError, its subclass
 )
 
+# the API's Redis user lacks a command or key right (docs/operations/requirements.md): to
+# clients, the store is unavailable; to the operator, an error line naming what was refused
+_REFUSED = (redis.exceptions.NoPermissionError, redis.exceptions.AuthenticationError)
+
 
 class ApiError(Exception):
     def __init__(self, status: int, code: str, message: str) -> None:
@@ -44,6 +48,10 @@ def error_answer(request: web.Request, exc: Exception, redis_errors: Counter) ->
         if exc.status < 400:
             raise exc
         return error_response(exc.status, exc.reason.lower().replace(" ", "_"), exc.reason)
+    if isinstance(exc, _REFUSED):  # a Redis user without a right it needs: the operator's to fix
+        redis_errors.inc()
+        _log.error("redis refused the call", extra={"path": request.path, "error": str(exc)})
+        return error_response(503, "redis_unavailable", "the leaderboard store is unreachable; retry")
     if isinstance(exc, _UNAVAILABLE):
         redis_errors.inc()
         _log.warning("redis unavailable", extra={"path": request.path, "error": str(exc)})

@@ -121,7 +121,7 @@ def command_profile(client: redis.Redis, n: int) -> Result:
     (the commands scripts call count on their own), and the scripts' time outside them."""
     stats = cast("dict[str, dict[str, float]]", client.info("commandstats"))
     per = {name.removeprefix("cmdstat_"): row for name, row in stats.items() if name != "cmdstat_config"}
-    scripts = sum(row["usec"] for name, row in per.items() if name in ("evalsha", "eval"))
+    scripts = sum(row["usec"] for name, row in per.items() if name in ("evalsha", "evalsha_ro", "eval"))
     inside = sum(row["usec"] for name, row in per.items() if name not in ("evalsha", "eval"))
     commands = {
         name: {"us": round(row["usec"] / n, 2), "calls": round(row["calls"] / n, 3)}

@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import redis
 from confluent_kafka import KafkaError, KafkaException
 
 from common.clients import is_authorization, kafka_error
@@ -310,24 +311,36 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = load_settings()
         setup_logging(settings.log_level)
         return func(args, settings)
-    except TopicsDifferError as exc:  # one line per difference: what to set, or to change in Kafka
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:
+        code = _said(exc)
+        if code is None:
+            raise
+        return code
+
+
+def _said(exc: Exception) -> int | None:
+    """An expected failure said in one line (or one per difference): its exit code; None for
+    any other exception."""
+    if isinstance(exc, TopicsDifferError):  # one line per difference: what to set, or to change
         for line in exc.lines:
             print(f"rankstream: {line}", file=sys.stderr)
         return 1
-    except (ConfigError, StackError, ApiAnswerError) as exc:
+    if isinstance(exc, ConfigError | StackError | ApiAnswerError):
         print(f"rankstream: {exc}", file=sys.stderr)
         return 2
-    except RankstreamError as exc:
-        logging.getLogger("rankstream").error("%s", exc)  # noqa: TRY400 - an expected failure, one line
+    if isinstance(exc, RankstreamError):
+        logging.getLogger("rankstream").error("%s", exc)  # an expected failure, one line
         return 1
-    except (KafkaException, SystemError) as exc:
-        refused = kafka_error(exc)
-        if refused is None:
-            raise
-        print(f"rankstream: {_refusal_line(refused)}", file=sys.stderr)
+    if isinstance(exc, redis.RedisError):  # unreachable, refused (a user without a right), ...
+        print(f"rankstream: Redis: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        return 130
+    refused = kafka_error(exc) if isinstance(exc, KafkaException | SystemError) else None
+    if refused is None:
+        return None
+    print(f"rankstream: {_refusal_line(refused)}", file=sys.stderr)
+    return 1
 
 
 if __name__ == "__main__":

@@ -36,7 +36,7 @@ MAX_TRIES = 8  # MOVED replies a call may meet (a map that keeps being wrong)
 RELOAD_PAUSE_S = 0.1  # between slot map reloads while nodes fail or a slot is not served
 TRYAGAIN_PAUSE_S = 0.05
 _BROADCAST = frozenset({b"PING", b"SCRIPT"})
-_KEY_AT = {b"EVALSHA": 3, b"EVAL": 3}  # where the first key is; 1 for other keyed commands
+_KEY_AT = {b"EVALSHA": 3, b"EVALSHA_RO": 3, b"EVAL": 3}  # where the first key is; 1 for other keyed commands
 _RELOAD = (redis.ConnectionError, redis.TimeoutError, ClusterDownError)
 Node = tuple[str, int]
 

@@ -38,12 +38,17 @@ class Call:
 
 @dataclass
 class LuaScript:
+    """A script, run by SHA: EVALSHA, or EVALSHA_RO for a script whose file says `--! read-only`
+    (Redis refuses it any write, and runs it for a user whose keys are read-only: the API's)."""
+
     name: str
     source: str
     sha: str = field(init=False)
+    command: str = field(init=False)
 
     def __post_init__(self) -> None:
         self.sha = hashlib.sha1(self.source.encode()).hexdigest()  # noqa: S324 - Redis names scripts by SHA1
+        self.command = "EVALSHA_RO" if READ_ONLY in self.source.splitlines() else "EVALSHA"
 
     def run(self, client: Store, keys: Sequence[KeyT], args: Sequence[ArgT]) -> Any:
         return self.run_many(client, [Call(keys, args)])[0]
@@ -69,17 +74,17 @@ class LuaScript:
         """One call from asyncio code, on the API's pipelined connection (common/store/pipe.py);
         NOSCRIPT means it did not run, so load and send again."""
         try:
-            return await pipe.send("EVALSHA", self.sha, len(keys), *keys, *args)
+            return await pipe.send(self.command, self.sha, len(keys), *keys, *args)
         except NoScriptError:
             await pipe.send("SCRIPT", "LOAD", self.source)
-            return await pipe.send("EVALSHA", self.sha, len(keys), *keys, *args)
+            return await pipe.send(self.command, self.sha, len(keys), *keys, *args)
 
     async def run_pipe_many(
         self, pipe: Pipe, calls: Sequence[tuple[Sequence[KeyT], Sequence[ArgT]]]
     ) -> list[Any]:
         """Several calls at once (one write; no task per call), their replies in order; a call
         met with NOSCRIPT is loaded and sent again alone."""
-        sent = [pipe.send("EVALSHA", self.sha, len(keys), *keys, *args) for keys, args in calls]
+        sent = [pipe.send(self.command, self.sha, len(keys), *keys, *args) for keys, args in calls]
         replies = await asyncio.gather(*sent, return_exceptions=True)
         out = []
         for (keys, args), reply in zip(calls, replies, strict=True):
@@ -93,7 +98,7 @@ class LuaScript:
     def _pipeline(self, client: Store, calls: Sequence[Call]) -> list[Any]:
         pipe = client.pipeline(transaction=False)
         for call in calls:  # not pipe.evalsha: a cluster pipeline refuses it
-            args = ("EVALSHA", self.sha, len(call.keys), *call.keys, *call.args)
+            args = (self.command, self.sha, len(call.keys), *call.keys, *call.args)
             if isinstance(client, RedisCluster) and call.keys:
                 # named, else redis-py asks Redis which are the keys (COMMAND GETKEYS, a round
                 # trip per call: 40 us of worker CPU a call); a redirect is routed by the key
@@ -105,6 +110,7 @@ class LuaScript:
 
 
 INCLUDE = "--! include "
+READ_ONLY = "--! read-only (run with EVALSHA_RO: a user whose keys are read-only may run it)"
 Layouts = tuple[tuple[str, tuple[str, ...]], ...]
 
 

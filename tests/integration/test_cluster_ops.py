@@ -250,15 +250,16 @@ def spy_on_redirects(pipe: ClusterPipe) -> Counter[str]:
 
 def error_stats(cluster: LocalRedisCluster) -> Counter[str]:
     """What the masters refused, summed: their error replies by code (INFO errorstats: ASK,
-    MOVED, TRYAGAIN...) and the script calls refused (`evalsha`: sent where the slot was not
+    MOVED, TRYAGAIN...) and the script calls refused (`evalsha`, `evalsha_ro`: sent where the slot was not
     served, or was moving)."""
     total: Counter[str] = Counter()
     for port in cluster.master_ports():
         client = cluster.client(port)
         for name, value in client.info("errorstats").items():
             total[name.removeprefix("errorstat_")] += int(value["count"])
-        scripts = client.info("commandstats").get("cmdstat_evalsha", {})
-        total["evalsha"] += int(scripts.get("rejected_calls", 0))
+        stats = client.info("commandstats")
+        for command in ("cmdstat_evalsha", "cmdstat_evalsha_ro"):  # the worker's, the reads'
+            total["evalsha"] += int(stats.get(command, {}).get("rejected_calls", 0))
     return total
 
 

@@ -94,7 +94,7 @@ async def node(settings: Settings, clock: Clock = system_ms) -> AsyncIterator[Te
         yield http
 
 
-def calls(client: Store, command: str = "evalsha") -> int:
+def calls(client: Store, command: str = "evalsha_ro") -> int:
     """How many times Redis ran `command` (a cluster: over its masters)."""
     stats = [node.info("commandstats").get(f"cmdstat_{command}", {}) for node in masters(client)]
     return sum(int(s.get("calls", 0)) for s in stats)

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from common.settings import KAFKA_PASSTHROUGH_PREFIX, Settings, env_name
+from common.store.scripts import load_script
 from rankstream.cli import build_parser
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -137,26 +138,48 @@ def test_the_metrics_page_names_every_metric_and_no_other() -> None:
     assert named - exposed == set()
 
 
-def test_the_documented_redis_user_may_run_every_command_of_the_scripts() -> None:
-    """docs/operations/requirements.md's ACL line allows every command a Lua script calls (the
-    Python side's commands are checked against a real Redis: tests/integration/test_redis_acl.py)."""
+def _documented_rights() -> dict[str, set[str]]:
+    """Each documented Redis user's allowed commands (docs/operations/requirements.md)."""
     page = (ROOT / "docs" / "operations" / "requirements.md").read_text()
-    (line,) = [line for line in page.splitlines() if line.startswith("ACL SETUSER rankstream ")]
-    allowed = {rule[1:].lower() for rule in line.split() if rule.startswith("+")}
-    called = {
+    lines = [line.split() for line in page.splitlines() if line.startswith("ACL SETUSER ")]
+    return {words[2]: {w[1:].lower() for w in words if w.startswith("+")} for words in lines}
+
+
+def _called(source: str) -> set[str]:
+    return {
         name.lower()
-        for script in (ROOT / "common" / "store" / "lua").glob("*.lua")
-        for first in re.findall(r"redis\.p?call\(([^,)]+)", script.read_text())  # the command argument
+        for first in re.findall(r"redis\.p?call\(([^,)]+)", source)  # the command argument
         for name in re.findall(r"['\"]([A-Z]+)['\"]", first)  # `x and 'HLEN' or 'ZCARD'` too
     }
+
+
+def test_the_documented_redis_users_may_run_every_command_of_their_scripts() -> None:
+    """docs/operations/requirements.md's ACL lines allow every command a Lua script calls: the
+    worker's and the commands' users every script's, the API's those of the scripts it runs
+    (the read-only ones and promote.lua). The Python side's commands are checked against a real
+    Redis: tests/integration/test_redis_acl.py."""
+    rights = _documented_rights()
+    scripts = {
+        path.stem: load_script(path.stem) for path in (ROOT / "common" / "store" / "lua").glob("*.lua")
+    }
+    called = set().union(*(_called(script.source) for script in scripts.values()))
     # named by a variable: only guarded.lua's, which runs the commands of the worker's decided
     # writes (those the integration test above meets, as the worker sends them)
     unnamed = [
-        (script.name, first)
-        for script in (ROOT / "common" / "store" / "lua").glob("*.lua")
-        for first in re.findall(r"redis\.p?call\(([^,)]+)", script.read_text())
+        (path.name, first)
+        for path in (ROOT / "common" / "store" / "lua").glob("*.lua")
+        for first in re.findall(r"redis\.p?call\(([^,)]+)", path.read_text())
         if not re.search(r"['\"]", first)
     ]
     assert unnamed == [("guarded.lua", "ARGV[at + 2]")]
     assert {"zadd", "hset", "publish"} <= called
-    assert called - allowed == set()
+    for user in ("rankstream-worker", "rankstream-admin"):
+        assert called - rights[user] == set(), user
+    read_only = {name for name, script in scripts.items() if script.command == "EVALSHA_RO"}
+    assert {"top", "locate", "statepage", "packedpage", "ahead"} <= read_only
+    # their own files' commands (the libraries they include also hold writes they never call:
+    # EVALSHA_RO would refuse one, and the integration test runs them as the API's user)
+    lua = ROOT / "common" / "store" / "lua"
+    api_runs = set().union(*(_called((lua / f"{name}.lua").read_text()) for name in (*read_only, "promote")))
+    assert api_runs - rights["rankstream-api"] == set()
+    assert {"evalsha_ro", "evalsha"} <= rights["rankstream-api"]

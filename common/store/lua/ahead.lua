@@ -1,4 +1,5 @@
 -- ahead.lua: where a member of a sharded board stands in one of its shards (common/store/shardreads.py).
+--! read-only (run with EVALSHA_RO: a user whose keys are read-only may run it)
 --! include page
 -- KEYS (positions in K, ARGV in A): the shard's rank zset, overflow zset, meta hash, seq.
 -- ARGV: desc 1|0 (the board's order), reverse 1|0 (view opposite to it), the member's zset

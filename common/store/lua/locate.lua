@@ -1,4 +1,5 @@
 -- locate.lua: score, position and "members strictly better" of several members, one round trip.
+--! read-only (run with EVALSHA_RO: a user whose keys are read-only may run it)
 --! include encoding
 --! include xhash
 --! include tieindex

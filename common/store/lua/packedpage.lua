@@ -1,4 +1,5 @@
 -- packedpage.lua: one page of a packed window's members for backfill, rank and overflow zsets
+--! read-only (run with EVALSHA_RO: a user whose keys are read-only may run it)
 -- together, by packed value (common/store/scan.py).
 -- KEYS (positions in K): rank zset, overflow zset. ARGV (positions in A): the last packed value
 -- of the previous page ('-inf' for the first), the page size.

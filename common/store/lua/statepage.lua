@@ -1,4 +1,5 @@
 -- statepage.lua: one page of a general window instance's member states for backfill, read
+--! read-only (run with EVALSHA_RO: a user whose keys are read-only may run it)
 -- through its tie index (common/store/scan.py).
 --! include encoding
 --! include xhash

@@ -1,4 +1,5 @@
 -- top.lua: one page of a board window in one round trip.
+--! read-only (run with EVALSHA_RO: a user whose keys are read-only may run it)
 --! include page
 -- KEYS (positions in K, ARGV in A; common/store/reads.py): rank zset, overflow zset, meta hash,
 --       board seq. ARGV: start, stop (exclusive; 0-based positions in the view), desc 1|0 (the
