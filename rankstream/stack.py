@@ -273,30 +273,63 @@ def terminate(pid: int, timeout: float) -> None:
 
 @dataclass
 class SaslListener:
-    """A second listener, SASL/PLAIN over plain TCP, with Kafka's own authorizer on: its `users`
-    (name -> password) may do only what ACLs allow. The PLAINTEXT listener's clients (and the
+    """More listeners, with Kafka's own authorizer on: SASL/SCRAM-SHA-512 over plain TCP, whose
+    `users` (name -> password, made when the storage is formatted) may do only what ACLs allow;
+    with `tls`, also a TLS listener on `tls_port` that wants a client certificate and takes its
+    CN as the user's name (the same ACLs apply). The PLAINTEXT listener's clients (and the
     controller's) are the super user ANONYMOUS, for setting those ACLs up."""
 
     port: int
     users: dict[str, str]
+    tls: TlsFiles | None = None
+    tls_port: int = 0
+
+    def ports(self) -> list[int]:
+        return [self.port] if self.tls is None else [self.port, self.tls_port]
 
     def properties(self) -> dict[str, str]:
-        logins = " ".join(f'user_{name}="{password}"' for name, password in self.users.items())
+        listeners, protocols = f"SASL_PLAINTEXT://127.0.0.1:{self.port},", "SASL_PLAINTEXT:SASL_PLAINTEXT,"
+        more = [
+            "sasl.enabled.mechanisms=SCRAM-SHA-512",
+            "listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config="
+            "org.apache.kafka.common.security.scram.ScramLoginModule required;",
+            "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            "super.users=User:ANONYMOUS",
+            "allow.everyone.if.no.acl.found=false",
+        ]
+        if self.tls is not None:
+            listeners += f"SSL://127.0.0.1:{self.tls_port},"
+            protocols += "SSL:SSL,"
+            more += [
+                "listener.name.ssl.ssl.keystore.type=PEM",
+                f"listener.name.ssl.ssl.keystore.location={self._keystore()}",
+                "listener.name.ssl.ssl.truststore.type=PEM",
+                f"listener.name.ssl.ssl.truststore.location={self.tls.ca}",
+                "listener.name.ssl.ssl.client.auth=required",
+                "listener.name.ssl.ssl.principal.mapping.rules=RULE:^CN=([^,]*).*$/$1/,DEFAULT",
+            ]
         return {
-            "more_listeners": f"SASL_PLAINTEXT://127.0.0.1:{self.port},",
-            "more_advertised": f",SASL_PLAINTEXT://127.0.0.1:{self.port}",
-            "more_protocols": "SASL_PLAINTEXT:SASL_PLAINTEXT,",
-            "more": "\n".join(
-                [
-                    "sasl.enabled.mechanisms=PLAIN",
-                    "listener.name.sasl_plaintext.plain.sasl.jaas.config="
-                    f"org.apache.kafka.common.security.plain.PlainLoginModule required {logins};",
-                    "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-                    "super.users=User:ANONYMOUS",
-                    "allow.everyone.if.no.acl.found=false",
-                ]
-            ),
+            "more_listeners": listeners,
+            "more_advertised": "," + listeners.rstrip(","),
+            "more_protocols": protocols,
+            "more": "\n".join(more),
         }
+
+    def _keystore(self) -> Path:
+        """Kafka's PEM key store: the key, then the certificate, in one file."""
+        assert self.tls is not None
+        store = self.tls.key.with_suffix(".keystore.pem")
+        store.write_bytes(self.tls.key.read_bytes() + self.tls.cert.read_bytes())
+        store.chmod(0o600)
+        return store
+
+    def format_args(self) -> list[str]:
+        """The storage format's arguments that make the users' SCRAM credentials."""
+        return [
+            arg
+            for name, password in self.users.items()
+            for arg in ("--add-scram", f"SCRAM-SHA-512=[name={name},password={password}]")
+        ]
 
 
 NO_SASL = {"more_listeners": "", "more_advertised": "", "more_protocols": "", "more": ""}
@@ -332,7 +365,7 @@ class LocalKafka(_Server):
         )
         log4j = self.folder / "log4j2.properties"
         log4j.write_text(_local_file("log4j2.properties"), encoding="utf-8")
-        for busy in (self.port, self.controller_port, *([] if self.sasl is None else [self.sasl.port])):
+        for busy in (self.port, self.controller_port, *([] if self.sasl is None else self.sasl.ports())):
             if not port_bindable(busy):
                 raise StackError(f"port {busy} is taken: stop what listens there or pick other ports")
         classpath = f"{libs}/*"
@@ -340,6 +373,7 @@ class LocalKafka(_Server):
             cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
             # "=": an id that starts with "-" (base64url can) would read as an option
             argv = [java, "-cp", classpath, "kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}"]
+            argv += [] if self.sasl is None else self.sasl.format_args()
             _run_quiet([*argv, "-c", str(props), "--standalone"], "formatting Kafka storage", timeout=120)
         jvm = [*self.heap.split(), "-Djava.awt.headless=true", "-XX:+UseG1GC"]
         jvm += [f"-Dlog4j2.configurationFile={log4j}", f"-Dkafka.logs.file={self.folder / 'server.log'}"]

@@ -39,10 +39,11 @@ from common.store.topology import connect
 from rankstream.admin import erase
 from rankstream.periods import republish
 from rankstream.recover import accept_redis, recover
-from rankstream.stack import LocalKafka, SaslListener, free_port
+from rankstream.stack import LocalKafka, SaslListener, TlsFiles, free_port
 from rankstream.topics import ensure_topics
 from tests.conftest import Servers, own_settings, remove_keys
 from tests.helpers import api_call, read_all, read_results, running_worker, wait_for, worker_env
+from tests.tls import authority, issue
 from worker.main import cache_publisher
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]  # a broker of its own
@@ -94,41 +95,75 @@ def test_the_page_documents_each_principal():
     assert {args[args.index("--allow-principal") + 1] for args in lines} == {f"User:{p}" for p in PRINCIPALS}
 
 
+class Secured:
+    """A broker of its own: its SASL/SCRAM listener admits the page's principals, and so does
+    its TLS listener, each principal showing a certificate with its name (its key encrypted
+    with a password of its own); each with nothing allowed until the test sets the ACLs (the
+    PLAINTEXT listener is the super user). `via`: which listener the logins use."""
+
+    def __init__(self, broker: LocalKafka, users: dict[str, str], certs: dict[str, TlsFiles]) -> None:
+        self.broker, self.users, self.certs = broker, users, certs
+        self.key_passwords = {name: f"key-{password}" for name, password in users.items()}
+        self.via = "sasl"
+
+    def login(self, user: str) -> dict[str, str]:
+        """The environment that has every Kafka client log in as `user`, on `via`'s listener."""
+        sasl = self.broker.sasl
+        assert sasl is not None
+        if self.via == "sasl":
+            return {
+                "RANKSTREAM_KAFKA_BOOTSTRAP": f"127.0.0.1:{sasl.port}",
+                "RANKSTREAM_KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT",
+                "RANKSTREAM_KAFKA_SASL_MECHANISM": "SCRAM-SHA-512",
+                "RANKSTREAM_KAFKA_SASL_USERNAME": user,
+                "RANKSTREAM_KAFKA_SASL_PASSWORD": self.users[user],
+            }
+        cert = self.certs[user]
+        return {
+            "RANKSTREAM_KAFKA_BOOTSTRAP": f"127.0.0.1:{sasl.tls_port}",
+            "RANKSTREAM_KAFKA_SECURITY_PROTOCOL": "SSL",
+            "RANKSTREAM_KAFKA_SSL_CA_LOCATION": str(cert.ca),
+            "RANKSTREAM_KAFKA_SSL_CERTIFICATE_LOCATION": str(cert.cert),
+            "RANKSTREAM_KAFKA_SSL_KEY_LOCATION": str(cert.key),
+            "RANKSTREAM_KAFKA_SSL_KEY_PASSWORD": self.key_passwords[user],
+        }
+
+
 @pytest.fixture(scope="module")
-def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalKafka, dict[str, str]]]:
-    """A broker of its own whose SASL listener admits the page's principals, each with nothing
-    allowed until the test sets the ACLs (its PLAINTEXT listener is the super user)."""
+def secure_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
     users = {name: uuid.uuid4().hex for name in PRINCIPALS}
     users["stranger"] = uuid.uuid4().hex  # no ACL at all
     users["describer"] = uuid.uuid4().hex  # may describe the topics, nothing more
+    folder = tmp_path_factory.mktemp("kafka-acl")
+    ca = authority(folder / "tls", "ca")
+    server = issue(ca, folder / "tls", "kafka")
+    certs = {
+        name: issue(ca, folder / "tls", name, password=f"key-{password}".encode())
+        for name, password in users.items()
+    }
     broker = LocalKafka(
         "kafka",
-        tmp_path_factory.mktemp("kafka-acl"),
+        folder,
         port=free_port(),
         controller_port=free_port(),
-        sasl=SaslListener(free_port(), users),
+        sasl=SaslListener(free_port(), users, tls=server, tls_port=free_port()),
     )
     try:
         broker.start()
-        yield broker, users
+        yield Secured(broker, users, certs)
     finally:
         broker.stop()
 
 
-def _login(broker: LocalKafka, users: dict[str, str], user: str) -> dict[str, str]:
-    """The environment that has every Kafka client log in on the SASL listener as `user`."""
-    assert broker.sasl is not None
-    return {
-        "RANKSTREAM_KAFKA_BOOTSTRAP": f"127.0.0.1:{broker.sasl.port}",
-        "RANKSTREAM_KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT",
-        "RANKSTREAM_KAFKA_SASL_MECHANISM": "PLAIN",
-        "RANKSTREAM_KAFKA_SASL_USERNAME": user,
-        "RANKSTREAM_KAFKA_SASL_PASSWORD": users[user],
-    }
+@pytest.fixture(params=["sasl", "tls"])
+def secured(secure_broker: Secured, request: pytest.FixtureRequest) -> Secured:
+    """The broker, its logins on the SASL/SCRAM listener, then on the TLS one."""
+    secure_broker.via = request.param
+    return secure_broker
 
 
-def _as(base: dict[str, Any], broker: LocalKafka, users: dict[str, str], user: str) -> Settings:
-    login = _login(broker, users, user)  # the base's own bootstrap would override the login's
+def _as(base: dict[str, Any], secured: Secured, user: str) -> Settings:
+    login = secured.login(user)  # the base's own bootstrap would override the login's
     return load_settings(login, **{**base, "kafka_bootstrap": login["RANKSTREAM_KAFKA_BOOTSTRAP"]})
 
 
@@ -139,11 +174,11 @@ def hour_results(settings: Settings) -> list[dict[str, Any]]:
 
 
 def test_each_process_does_its_job_with_the_documented_acls_alone(
-    secured: tuple[LocalKafka, dict[str, str]], servers: Servers, caplog: pytest.LogCaptureFixture
+    secured: Secured, servers: Servers, caplog: pytest.LogCaptureFixture
 ) -> None:
-    broker, users = secured
+    broker = secured.broker
     base = own_settings(servers)
-    as_admin = _as(base, broker, users, "rankstream-admin")
+    as_admin = _as(base, secured, "rankstream-admin")
     names = {
         "update_rank": as_admin.topic_updates,
         "update_rank.dlq": as_admin.topic_dlq,
@@ -158,7 +193,7 @@ def test_each_process_does_its_job_with_the_documented_acls_alone(
         future.result(timeout=30)
 
     # a principal without ACLs is refused: the broker enforces them
-    stranger = _as(base, broker, users, "stranger")
+    stranger = _as(base, secured, "stranger")
     with pytest.raises(InfrastructureError, match="Authorization failed"):
         ensure_topics(stranger)
 
@@ -166,7 +201,7 @@ def test_each_process_does_its_job_with_the_documented_acls_alone(
     ensure_topics(as_admin)  # `rankstream topics`, strict
     producer = Producer(
         {
-            **_as(base, broker, users, "game-server").librdkafka(),
+            **_as(base, secured, "game-server").librdkafka(),
             "enable.idempotence": True,
             "acks": "all",
         }
@@ -182,8 +217,8 @@ def test_each_process_does_its_job_with_the_documented_acls_alone(
     producer.produce(as_admin.topic_updates, b"{not json", key=b"gift:room42")
     assert producer.flush(30) == 0
 
-    as_worker = _as(base, broker, users, "rankstream-worker")
-    as_api = _as(base, broker, users, "rankstream-api")
+    as_worker = _as(base, secured, "rankstream-worker")
+    as_api = _as(base, secured, "rankstream-api")
     client = connect(as_worker.redis_url.get_secret_value(), as_worker.redis_cluster)
     ahead = [0]  # the worker's clock, moved past the hour's end below
     with running_worker(as_worker, clock=lambda: system_ms() + ahead[0]):
@@ -254,10 +289,10 @@ def _reader(broker: LocalKafka, topic: str) -> Consumer:
     ids=lambda v: v if isinstance(v, str) else v[0],
 )
 def test_a_command_without_its_acls_says_so_in_one_line(
-    secured: tuple[LocalKafka, dict[str, str]], servers: Servers, user: str, command: list[str]
+    secure_broker: Secured, servers: Servers, user: str, command: list[str]
 ) -> None:
-    broker, users = secured
-    assert broker.sasl is not None
+    secure_broker.via = "sasl"
+    broker = secure_broker.broker
     settings = load_settings({}, **own_settings(servers))
     if user == "describer":
         ensure_topics(super_settings(settings, broker))
@@ -275,7 +310,7 @@ def test_a_command_without_its_acls_says_so_in_one_line(
             future.result(timeout=30)
     env = {
         **worker_env(settings),
-        **_login(broker, users, user),
+        **secure_broker.login(user),
         "RANKSTREAM_LOG_LEVEL": "ERROR",
         "RANKSTREAM_TOPIC_REPLICATION": "1",  # the broker is alone
         "RANKSTREAM_TOPIC_MIN_INSYNC_REPLICAS": "1",
@@ -290,7 +325,7 @@ def test_a_command_without_its_acls_says_so_in_one_line(
     )
     assert done.returncode == 1, (done.returncode, done.stderr)
     assert "Traceback" not in done.stderr, done.stderr
-    assert users[user] not in done.stdout + done.stderr  # the secret stays out
+    assert secure_broker.users[user] not in done.stdout + done.stderr  # the secret stays out
     # one line says it, "rankstream: ..." or the JSON log line of an error; before it at most
     # librdkafka's own JSON log line of the same refusal
     *before, line = done.stderr.splitlines()
