@@ -116,9 +116,10 @@ def ensure_topics(settings: Settings, timeout: float = 30.0, *, strict: bool = T
             f"{env_name('topic_min_insync_replicas')} ({settings.topic_min_insync_replicas}) is more than "
             f"{env_name('topic_replication')} ({settings.topic_replication})"
         )
-    admin = AdminClient(settings.librdkafka())
+    refused: list[KafkaError] = []  # a refused login: librdkafka says it here, and retries
+    admin = AdminClient(settings.librdkafka({"error_cb": refused.append}))
     specs = topic_specs(settings)
-    metadata = _metadata(admin, settings, timeout)
+    metadata = _metadata(admin, settings, timeout, refused)
     existing = [s for s in specs if s.name in metadata.topics and metadata.topics[s.name].partitions]
     lines = differences(admin, existing, metadata.topics, timeout) if existing else []
     if lines and strict:
@@ -157,17 +158,36 @@ def ensure_topics(settings: Settings, timeout: float = 30.0, *, strict: bool = T
     return created
 
 
-def _metadata(admin: AdminClient, settings: Settings, timeout: float) -> Any:
-    """The cluster's metadata: every topic with its partitions' replicas, and the brokers."""
-    try:
-        return admin.list_topics(timeout=timeout)
-    except KafkaException as exc:
-        error = exc.args[0]
-        if error.code() in (KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._ALL_BROKERS_DOWN):
-            raise InfrastructureError(
-                f"listing topics: Kafka at {settings.kafka_bootstrap} did not answer in {timeout:g} s"
-            ) from None
-        raise InfrastructureError(f"listing topics: {error.str()}") from None
+_LOGIN_REFUSED = (KafkaError._AUTHENTICATION, KafkaError._SSL)
+_UNANSWERED = (KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._ALL_BROKERS_DOWN)
+
+
+def _metadata(admin: AdminClient, settings: Settings, timeout: float, refused: list[KafkaError]) -> Any:
+    """The cluster's metadata: every topic with its partitions' replicas, and the brokers. A
+    login the brokers refuse (a wrong password, a certificate they do not trust) is said as
+    soon as librdkafka reports it, not as a timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return admin.list_topics(timeout=min(1.0, max(0.1, deadline - time.monotonic())))
+        except KafkaException as exc:
+            error = exc.args[0]
+            admin.poll(0)  # serves the error callback
+            login = next((e for e in refused if e.code() in _LOGIN_REFUSED), None)
+            if login is not None:
+                raise InfrastructureError(
+                    f"Kafka at {settings.kafka_bootstrap} refused the login: {login.str()}"
+                ) from None
+            if error.code() not in (
+                KafkaError._TRANSPORT,
+                KafkaError._TIMED_OUT,
+                KafkaError._ALL_BROKERS_DOWN,
+            ):
+                raise InfrastructureError(f"listing topics: {error.str()}") from None
+            if time.monotonic() >= deadline:
+                raise InfrastructureError(
+                    f"listing topics: Kafka at {settings.kafka_bootstrap} did not answer in {timeout:g} s"
+                ) from None
 
 
 def differences(
