@@ -276,16 +276,18 @@ class SaslListener:
     """More listeners, with Kafka's own authorizer on: SASL/SCRAM-SHA-512 over plain TCP, whose
     `users` (name -> password, made when the storage is formatted) may do only what ACLs allow;
     with `tls`, also a TLS listener on `tls_port` that wants a client certificate and takes its
-    CN as the user's name (the same ACLs apply). The PLAINTEXT listener's clients (and the
+    CN as the user's name (the same ACLs apply), and a SASL/SCRAM listener over TLS on
+    `sasl_tls_port` (no client certificate). The PLAINTEXT listener's clients (and the
     controller's) are the super user ANONYMOUS, for setting those ACLs up."""
 
     port: int
     users: dict[str, str]
     tls: TlsFiles | None = None
     tls_port: int = 0
+    sasl_tls_port: int = 0
 
     def ports(self) -> list[int]:
-        return [self.port] if self.tls is None else [self.port, self.tls_port]
+        return [self.port] if self.tls is None else [self.port, self.tls_port, self.sasl_tls_port]
 
     def properties(self) -> dict[str, str]:
         listeners, protocols = f"SASL_PLAINTEXT://127.0.0.1:{self.port},", "SASL_PLAINTEXT:SASL_PLAINTEXT,"
@@ -298,15 +300,21 @@ class SaslListener:
             "allow.everyone.if.no.acl.found=false",
         ]
         if self.tls is not None:
-            listeners += f"SSL://127.0.0.1:{self.tls_port},"
-            protocols += "SSL:SSL,"
+            listeners += f"SSL://127.0.0.1:{self.tls_port},SASL_SSL://127.0.0.1:{self.sasl_tls_port},"
+            protocols += "SSL:SSL,SASL_SSL:SASL_SSL,"
+            keystore = self._keystore()
+            for name in ("ssl", "sasl_ssl"):
+                more += [
+                    f"listener.name.{name}.ssl.keystore.type=PEM",
+                    f"listener.name.{name}.ssl.keystore.location={keystore}",
+                    f"listener.name.{name}.ssl.truststore.type=PEM",
+                    f"listener.name.{name}.ssl.truststore.location={self.tls.ca}",
+                ]
             more += [
-                "listener.name.ssl.ssl.keystore.type=PEM",
-                f"listener.name.ssl.ssl.keystore.location={self._keystore()}",
-                "listener.name.ssl.ssl.truststore.type=PEM",
-                f"listener.name.ssl.ssl.truststore.location={self.tls.ca}",
                 "listener.name.ssl.ssl.client.auth=required",
                 "listener.name.ssl.ssl.principal.mapping.rules=RULE:^CN=([^,]*).*$/$1/,DEFAULT",
+                "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config="
+                "org.apache.kafka.common.security.scram.ScramLoginModule required;",
             ]
         return {
             "more_listeners": listeners,

@@ -3,11 +3,16 @@
 //
 //	BOOTSTRAP=127.0.0.1:9092 TOPIC=update_rank go run . room42
 //
+// A secured cluster: TLS_CA (the authority's PEM file: TLS), SASL_MECHANISM (SCRAM-SHA-512,
+// SCRAM-SHA-256 or PLAIN), SASL_USERNAME and SASL_PASSWORD.
+//
 // The event's fields: docs/contract.md §2; how to produce well: docs/producing.md.
 package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"log"
@@ -17,6 +22,9 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
 )
 
 // Event is one score update. Left out here: "op" (default "incr") and "ts" (default: the
@@ -36,14 +44,15 @@ func main() {
 	}
 	topic := getenv("TOPIC", "update_rank")
 
-	client, err := kgo.NewClient(
+	opts := []kgo.Opt{
 		kgo.SeedBrokers(strings.Split(getenv("BOOTSTRAP", "127.0.0.1:9092"), ",")...),
 		kgo.DefaultProduceTopic(topic),
 		// franz-go's producer is idempotent unless you pass kgo.DisableIdempotentWrite():
 		// the broker drops the duplicates of its retries. Idempotence needs acks=all (the
 		// default too); NewClient refuses anything else, so it is spelled out here.
 		kgo.RequiredAcks(kgo.AllISRAcks()),
-	)
+	}
+	client, err := kgo.NewClient(append(opts, security()...)...)
 	if err != nil {
 		log.Fatalf("kafka client: %v", err)
 	}
@@ -100,6 +109,37 @@ func main() {
 	if failed.Load() {
 		os.Exit(1)
 	}
+}
+
+// security gives the login and TLS options the environment asks for (none: plain TCP).
+func security() []kgo.Opt {
+	var opts []kgo.Opt
+	if ca := os.Getenv("TLS_CA"); ca != "" {
+		pem, err := os.ReadFile(ca)
+		if err != nil {
+			log.Fatalf("TLS_CA: %v", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			log.Fatalf("TLS_CA: no certificate in %s", ca)
+		}
+		opts = append(opts, kgo.DialTLSConfig(&tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}))
+	}
+	user, pass := os.Getenv("SASL_USERNAME"), os.Getenv("SASL_PASSWORD")
+	var mechanism sasl.Mechanism
+	switch os.Getenv("SASL_MECHANISM") {
+	case "":
+		return opts
+	case "SCRAM-SHA-512":
+		mechanism = scram.Auth{User: user, Pass: pass}.AsSha512Mechanism()
+	case "SCRAM-SHA-256":
+		mechanism = scram.Auth{User: user, Pass: pass}.AsSha256Mechanism()
+	case "PLAIN":
+		mechanism = plain.Auth{User: user, Pass: pass}.AsMechanism()
+	default:
+		log.Fatalf("SASL_MECHANISM: %q is not SCRAM-SHA-512, SCRAM-SHA-256 or PLAIN", os.Getenv("SASL_MECHANISM"))
+	}
+	return append(opts, kgo.SASL(mechanism))
 }
 
 func getenv(name, fallback string) string {

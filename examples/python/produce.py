@@ -4,6 +4,9 @@ that counts on three boards as one message (an array).
     pip install confluent-kafka
     BOOTSTRAP=127.0.0.1:9092 TOPIC=update_rank python produce.py room42
 
+A secured cluster: TLS_CA (the authority's PEM file: TLS), SASL_MECHANISM (SCRAM-SHA-512,
+SCRAM-SHA-256 or PLAIN), SASL_USERNAME and SASL_PASSWORD.
+
 The event's fields: docs/contract.md §2; how to produce well: docs/producing.md.
 """
 
@@ -27,10 +30,27 @@ CONFIG = {
 }
 
 
+def security() -> dict[str, str]:
+    """The login and TLS settings the environment asks for (none: plain TCP, no login)."""
+    conf: dict[str, str] = {}
+    tls, mechanism = os.environ.get("TLS_CA"), os.environ.get("SASL_MECHANISM")
+    if tls:
+        conf["ssl.ca.location"] = tls
+    if mechanism:
+        conf["sasl.mechanism"] = mechanism
+        conf["sasl.username"] = os.environ.get("SASL_USERNAME", "")
+        conf["sasl.password"] = os.environ.get("SASL_PASSWORD", "")
+    protocol = {(True, True): "SASL_SSL", (True, False): "SSL", (False, True): "SASL_PLAINTEXT"}
+    conf["security.protocol"] = protocol.get((bool(tls), bool(mechanism)), "PLAINTEXT")
+    return conf
+
+
 def main(argv: list[str]) -> int:
     room = argv[1] if len(argv) > 1 else "room42"
     topic = os.environ.get("TOPIC", "update_rank")
-    producer = Producer({"bootstrap.servers": os.environ.get("BOOTSTRAP", "127.0.0.1:9092"), **CONFIG})
+    producer = Producer(
+        {"bootstrap.servers": os.environ.get("BOOTSTRAP", "127.0.0.1:9092"), **CONFIG, **security()}
+    )
     print(f"producer: enable.idempotence={str(CONFIG['enable.idempotence']).lower()} acks={CONFIG['acks']}")
 
     # Ids name the thing counted (an order, a gift's transaction): here one per run.

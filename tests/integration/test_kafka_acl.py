@@ -8,6 +8,7 @@ without its ACLs is refused, so the broker does enforce them."""
 from __future__ import annotations
 
 import logging
+import os
 import re
 import shlex
 import subprocess
@@ -43,6 +44,7 @@ from rankstream.stack import LocalKafka, SaslListener, TlsFiles, free_port
 from rankstream.topics import ensure_topics
 from tests.conftest import Servers, own_settings, remove_keys
 from tests.helpers import api_call, read_all, read_results, running_worker, wait_for, worker_env
+from tests.integration.test_producers import EXAMPLE_PROGRAMS
 from tests.tls import authority, issue
 from worker.main import cache_publisher
 
@@ -146,7 +148,7 @@ def secure_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]
         folder,
         port=free_port(),
         controller_port=free_port(),
-        sasl=SaslListener(free_port(), users, tls=server, tls_port=free_port()),
+        sasl=SaslListener(free_port(), users, tls=server, tls_port=free_port(), sasl_tls_port=free_port()),
     )
     try:
         broker.start()
@@ -331,3 +333,36 @@ def test_a_command_without_its_acls_says_so_in_one_line(
     *before, line = done.stderr.splitlines()
     assert len(before) <= 1 and all(b.startswith('{"') for b in before), done.stderr
     assert re.search(r"authoriz", line, re.IGNORECASE), line
+
+
+@pytest.mark.parametrize("language", list(EXAMPLE_PROGRAMS))
+def test_the_example_producers_log_in_with_scram_over_tls(
+    secure_broker: Secured, servers: Servers, language: str
+) -> None:
+    """Each producer example (examples/) sends its events as `game-server`, with that principal's
+    documented ACLs alone, over SASL/SCRAM on TLS (TLS_CA, SASL_MECHANISM, SASL_USERNAME,
+    SASL_PASSWORD)."""
+    broker = secure_broker.broker
+    assert broker.sasl is not None
+    argv = EXAMPLE_PROGRAMS[language]()  # built first: a missing toolchain fails here, in one line
+    settings = load_settings({}, **own_settings(servers))
+    ensure_topics(super_settings(settings, broker))
+    names = {"update_rank": settings.topic_updates}
+    acls = [b for args in documented_acls() if "User:game-server" in args for b in bindings(args, names)]
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    for future in admin.create_acls(acls, request_timeout=30).values():
+        future.result(timeout=30)
+    env = {
+        **os.environ,
+        "BOOTSTRAP": f"127.0.0.1:{broker.sasl.sasl_tls_port}",
+        "TOPIC": settings.topic_updates,
+        "TLS_CA": str(secure_broker.certs["game-server"].ca),
+        "SASL_MECHANISM": "SCRAM-SHA-512",
+        "SASL_USERNAME": "game-server",
+        "SASL_PASSWORD": secure_broker.users["game-server"],
+    }
+    done = subprocess.run([*argv, "room9"], env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert len([line for line in done.stdout.splitlines() if line.startswith("sent ")]) == 2, done.stdout
+    sent = read_all(_reader(broker, settings.topic_updates), 2)
+    assert [m.key() for m in sent] == [b"gift:room9", b"gift:room9"]

@@ -22,6 +22,9 @@ import org.apache.kafka.common.serialization.StringSerializer;
  * BOOTSTRAP=127.0.0.1:9092 TOPIC=update_rank java -jar target/rankstream-producer.jar room42
  * </pre>
  *
+ * A secured cluster: TLS_CA (the authority's PEM file: TLS), SASL_MECHANISM (SCRAM-SHA-512,
+ * SCRAM-SHA-256 or PLAIN), SASL_USERNAME and SASL_PASSWORD.
+ *
  * The event's fields: docs/contract.md §2; how to produce well: docs/producing.md.
  */
 public final class Produce {
@@ -52,6 +55,7 @@ public final class Produce {
         // turn idempotence off silently; set explicitly, the client refuses any acks but all.
         props.put(ProducerConfig.ENABLE_IDEMPOTENCE_CONFIG, true);
         props.put(ProducerConfig.ACKS_CONFIG, "all");
+        props.putAll(security());
 
         // What is in effect, as the client reads its configuration.
         ProducerConfig config = new ProducerConfig(props);
@@ -94,6 +98,29 @@ public final class Produce {
             producer.flush();
         }
         System.exit(failed.get() ? 1 : 0);
+    }
+
+    /** The login and TLS settings the environment asks for (none: plain TCP, no login). */
+    static Properties security() {
+        Properties props = new Properties();
+        String ca = System.getenv("TLS_CA");
+        String mechanism = System.getenv("SASL_MECHANISM");
+        boolean tls = ca != null && !ca.isEmpty();
+        boolean login = mechanism != null && !mechanism.isEmpty();
+        if (tls) {
+            props.put("ssl.truststore.type", "PEM");
+            props.put("ssl.truststore.location", ca);
+        }
+        if (login) {
+            String module = mechanism.equals("PLAIN")
+                    ? "org.apache.kafka.common.security.plain.PlainLoginModule"
+                    : "org.apache.kafka.common.security.scram.ScramLoginModule";
+            props.put("sasl.mechanism", mechanism);
+            props.put("sasl.jaas.config", String.format("%s required username=\"%s\" password=\"%s\";",
+                    module, getenv("SASL_USERNAME", ""), getenv("SASL_PASSWORD", "")));
+        }
+        props.put("security.protocol", tls ? (login ? "SASL_SSL" : "SSL") : (login ? "SASL_PLAINTEXT" : "PLAINTEXT"));
+        return props;
     }
 
     private static String getenv(String name, String fallback) {
