@@ -37,6 +37,7 @@ REDIS_CLOSE_S = 0.5  # closing the Redis client, after the replay thread
 
 
 IN_FLIGHT: web.AppKey[InFlight] = web.AppKey("rankstream_in_flight", InFlight)
+ADMIN_APP: web.AppKey[web.Application] = web.AppKey("rankstream_admin_app", web.Application)
 
 
 async def livez(request: web.Request) -> web.Response:
@@ -123,7 +124,26 @@ async def openapi(request: web.Request) -> web.Response:
     return web.Response(body=openapi_json(), content_type="application/json")
 
 
+def admin_app(state: ApiState) -> web.Application:
+    """The admin port's app: the node's metrics and its spec, and the probes; served on a port of
+    its own so that only the public routes face clients (api/main.py)."""
+    front = Front(state.metrics, InFlight())  # not drained: scrapes may come until the end
+    app = web.Application()
+    app[APP_STATE] = state
+    for path, handler in (
+        ("/livez", livez),
+        ("/readyz", readyz),
+        ("/metrics", metrics),
+        ("/openapi.json", openapi),
+    ):
+        front.add(app, "GET", path, handler)
+    front.catch_all(app)
+    return app
+
+
 def create_app(settings: Settings, boards: BoardsConfig, clock: Clock = system_ms) -> web.Application:
+    """The public app (the board routes, the probes); `app[ADMIN_APP]` is the admin port's, on
+    the same state."""
     client = open_pipe(
         settings.redis_url.get_secret_value(), settings.redis_cluster, connect_timeout=1, reply_timeout=2,
         name=READS_NAME, tls=settings.redis_tls(),
@@ -148,15 +168,11 @@ def create_app(settings: Settings, boards: BoardsConfig, clock: Clock = system_m
     app = web.Application()  # no middleware: api/front.py wraps each route instead
     app[APP_STATE] = state
     app[IN_FLIGHT] = tracker
-    for path, handler in (
-        ("/livez", livez),
-        ("/readyz", readyz),
-        ("/metrics", metrics),
-        ("/openapi.json", openapi),
-    ):
+    for path, handler in (("/livez", livez), ("/readyz", readyz)):
         front.add(app, "GET", path, handler)
     add_routes(app, front)
     front.catch_all(app)
+    app[ADMIN_APP] = admin_app(state)
     app.cleanup_ctx.append(follow_hot_boards)
     state.metrics.watch_hot(state.hot)
     state.hot.on_promoted.append(state.warm.drop)  # what the warm cache kept of it: memory answers now

@@ -36,7 +36,7 @@ import uvloop
 from aiohttp import web
 from aiohttp.http_exceptions import BadHttpMessage
 
-from api.app import IN_FLIGHT, create_app
+from api.app import ADMIN_APP, IN_FLIGHT, create_app
 from api.state import APP_STATE
 from common.boards import BoardsConfig, load_boards
 from common.clients import redis_client
@@ -116,14 +116,19 @@ async def _serve(app: web.Application, settings: Settings) -> None:
         keepalive_timeout=75.0,
         access_log=None,
     )
+    admin = web.AppRunner(app[ADMIN_APP], handle_signals=False, shutdown_timeout=0.1, access_log=None)
     try:
         await runner.setup()  # on_startup: the replay thread starts
+        await admin.setup()
         site = web.TCPSite(runner, settings.api_host, settings.api_port)
         await site.start()
-        _log.info("api listening", extra={"url": site.name})
+        admin_site = web.TCPSite(admin, settings.api_host, settings.api_admin_port)
+        await admin_site.start()
+        _log.info("api listening", extra={"url": site.name, "admin": admin_site.name})
         await stopping.wait()
         await _drain(runner, reserve)
     finally:
+        await admin.cleanup()  # the admin port closes with the public one's drain
         # step 3, then the app's cleanup (step 4): each bounded by what is left of the deadline
         await runner.cleanup()
 

@@ -314,8 +314,17 @@ class Settings(BaseModel):
         default=8080,
         ge=0,
         le=65535,
-        description="Port of the API node's HTTP server; also the one `rankstream top` and "
-        "`rankstream member` ask by default.",
+        description="Port of the API node's public HTTP server (the board routes, the board page, "
+        "`/livez` and `/readyz`); also the one `rankstream top` and `rankstream member` ask by "
+        "default.",
+    )
+    api_admin_port: int = Field(
+        default=8082,
+        ge=0,
+        le=65535,
+        description="Port of the API node's admin HTTP server: `/metrics` and `/openapi.json`, and "
+        "`/livez` and `/readyz` as on the public port. Keep it off the public network: expose "
+        "only `RANKSTREAM_API_PORT` (see [security](operations/security.md)).",
     )
     # The warm cache: api/warm.py
     warm_cache_mb: int = Field(
@@ -416,6 +425,15 @@ class Settings(BaseModel):
                 f"{ENV_PREFIX}TOPIC_MIN_INSYNC_REPLICAS: {self.topic_min_insync_replicas} is more than "
                 f"{ENV_PREFIX}TOPIC_REPLICATION ({self.topic_replication}): no write with acks=all "
                 "could ever succeed"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _admin_port_apart(self) -> Settings:
+        if self.api_admin_port == self.api_port != 0:
+            raise ValueError(
+                f"RANKSTREAM_API_ADMIN_PORT is RANKSTREAM_API_PORT ({self.api_port}): the admin "
+                "routes need a port of their own"
             )
         return self
 

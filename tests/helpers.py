@@ -28,6 +28,7 @@ from confluent_kafka import (
     Producer,
     TopicPartition,
 )
+from prometheus_client import generate_latest
 from redis.cluster import RedisCluster
 
 from api.app import create_app
@@ -280,8 +281,9 @@ def http_status(url: str) -> int:
         return 0
 
 
-def api_env(settings: Settings, port: int) -> dict[str, str]:
-    """The environment of a `rankstream api` process reading this test's Redis keys and topics."""
+def api_env(settings: Settings, port: int, admin_port: int = 0) -> dict[str, str]:
+    """The environment of a `rankstream api` process reading this test's Redis keys and topics;
+    its admin port `admin_port`, or a free one."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("RANKSTREAM_")}
     env.update(
         RANKSTREAM_KAFKA_BOOTSTRAP=settings.kafka_bootstrap,
@@ -290,6 +292,7 @@ def api_env(settings: Settings, port: int) -> dict[str, str]:
         RANKSTREAM_KEY_PREFIX=settings.key_prefix,
         RANKSTREAM_TOPIC_CACHE=settings.topic_cache,
         RANKSTREAM_API_PORT=str(port),
+        RANKSTREAM_API_ADMIN_PORT=str(admin_port or free_port()),
         RANKSTREAM_API_HOST="127.0.0.1",
     )
     return env
@@ -361,3 +364,9 @@ def stop_workers(*procs: subprocess.Popen[bytes] | None) -> None:
         if proc is not None and proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
             proc.wait(30)
+
+
+def scrape(http: Any) -> str:
+    """What the admin port's /metrics answers for the node a TestClient serves (rendered from its
+    registry, as the route does; the route itself: tests/integration/test_api_contract.py)."""
+    return generate_latest(http.server.app[APP_STATE].metrics.registry).decode()

@@ -42,7 +42,10 @@ def start_api(group: Children, name: str, settings: Settings, **extra: str) -> t
     """An API node on a free port, warm cache on (the default); `extra`: more RANKSTREAM_*
     settings; (the process, its base URL)."""
     port = free_port()
-    env = node_env(settings, RANKSTREAM_API_PORT=str(port), RANKSTREAM_API_HOST=HOST, **extra)
+    env = node_env(
+        settings, RANKSTREAM_API_PORT=str(port), RANKSTREAM_API_ADMIN_PORT=str(free_port()),
+        RANKSTREAM_API_HOST=HOST, **extra,
+    )  # fmt: skip
     child = group.spawn(name, [sys.executable, "-m", "rankstream.cli", "api"], env)
     return child, f"http://{HOST}:{port}"
 

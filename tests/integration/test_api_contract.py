@@ -30,7 +30,7 @@ from common.settings import Settings, load_settings
 from rankstream.stack import free_port
 from rankstream.topics import ensure_topics
 from tests.conftest import Servers, own_settings, own_topics, remove_keys
-from tests.helpers import api_env, backfill, http_status, wait_for
+from tests.helpers import api_env, backfill, http_status, scrape, wait_for
 from worker.apply import Applier
 
 pytestmark = pytest.mark.integration
@@ -57,16 +57,23 @@ def fill(settings: Settings, client: redis.Redis) -> None:
     backfill(settings, client)
 
 
+class NodeUrl(str):
+    """A node's public base URL; `.admin`: its admin port's."""
+
+    admin: str
+
+
 @contextmanager
-def api_process(settings: Settings, client: redis.Redis) -> Iterator[str]:
-    """A real `rankstream api` process on a free port, over real Redis holding test data."""
+def api_process(settings: Settings, client: redis.Redis) -> Iterator[NodeUrl]:
+    """A real `rankstream api` process on free ports, over real Redis holding test data."""
     fill(settings, client)
-    port = free_port()
-    env = api_env(settings, port)
+    port, admin_port = free_port(), free_port()
+    env = api_env(settings, port, admin_port)
     proc = subprocess.Popen(
         [sys.executable, "-m", "rankstream.cli", "api"], env=env, cwd=ROOT, stderr=subprocess.PIPE
     )
-    base = f"http://127.0.0.1:{port}"
+    base = NodeUrl(f"http://127.0.0.1:{port}")
+    base.admin = f"http://127.0.0.1:{admin_port}"
     wait_for(lambda: http_status(f"{base}/readyz") == 200, 60, "the API ready")
     yield base
     if proc.poll() is None:
@@ -79,14 +86,14 @@ def api_process(settings: Settings, client: redis.Redis) -> Iterator[str]:
 
 
 @pytest.fixture
-def api_server(settings: Settings, rclient) -> Iterator[str]:
+def api_server(settings: Settings, rclient) -> Iterator[NodeUrl]:
     """A server of the test's own (its metrics count only its requests)."""
     with api_process(settings, rclient) as base:
         yield base
 
 
 @pytest.fixture(scope="module")
-def shared_api(servers: Servers) -> Iterator[str]:
+def shared_api(servers: Servers) -> Iterator[NodeUrl]:
     """One server for the module's tests that only read, and send bad input: ~40 tests, each of
     which would otherwise start one (~1 s). Its topics and keys are its own, removed after."""
     settings = load_settings({}, **own_settings(servers))
@@ -109,7 +116,9 @@ def _get(url: str) -> tuple[int, Any]:
 
 @pytest.mark.slow
 def test_every_answer_conforms_to_the_spec(api_server, tmp_path):
-    _, spec = _get(f"{api_server}/openapi.json")
+    _, spec = _get(f"{api_server.admin}/openapi.json")
+    for admin in ("/metrics", "/openapi.json"):  # the admin port's: tested on it just below
+        del spec["paths"][admin]
     # steer generation onto real boards and members, so it reaches the ranking code, not 404s
     params = spec["components"]["parameters"]
     boards = ["gift:room42", "coins:global", "level:season3", "live:x"]
@@ -230,7 +239,7 @@ def test_redis_unreachable_is_a_503_not_a_trace(make_settings):
         for path in ("/v1/boards/gift:room7/top", "/v1/boards/gift:room7/members/u1", "/livez"):
             resp = await http.get(path)
             out.append((resp.status, await resp.json()))
-        metrics = await (await http.get("/metrics")).text()
+        metrics = scrape(http)
         out.append((0, "rankstream_api_redis_errors_total 2.0" in metrics))
         return out
 
@@ -241,11 +250,21 @@ def test_redis_unreachable_is_a_503_not_a_trace(make_settings):
     assert counted
 
 
+def test_the_admin_routes_answer_on_the_admin_port_only(api_server):
+    for path in ("/metrics", "/openapi.json"):
+        assert _get(f"{api_server}{path}")[0] == 404, path
+        assert http_status(f"{api_server.admin}{path}") == 200, path
+    for path in ("/livez", "/readyz"):  # the probes answer on both
+        assert _get(f"{api_server}{path}")[0] == 200 and _get(f"{api_server.admin}{path}")[0] == 200, path
+    status, body = _get(f"{api_server.admin}/v1/boards/gift:room42/top")  # no board route there
+    assert (status, body["error"]["code"]) == (404, "not_found")
+
+
 def test_metrics_count_requests_by_route(api_server):
     for _ in range(3):
         _get(f"{api_server}/v1/boards/gift:room42/members/u1")
     _get(f"{api_server}/v1/boards/gift:room42/members/ghost")
-    with urllib.request.urlopen(f"{api_server}/metrics", timeout=5) as resp:  # noqa: S310 - loopback
+    with urllib.request.urlopen(f"{api_server.admin}/metrics", timeout=5) as resp:  # noqa: S310 - loopback
         text = resp.read().decode()
     route = "/v1/boards/{board}/members/{member}"  # the canonical name, without the patterns
     assert f'rankstream_api_requests_total{{route="{route}",status="200"}} 3.0' in text

@@ -48,6 +48,7 @@ def test_dev_serves_a_live_top10_and_stops_without_leftovers(tmp_path):
     env = {
         **_clean_env(),
         "RANKSTREAM_API_PORT": str(api_port),
+        "RANKSTREAM_API_ADMIN_PORT": str(free_port()),
         "RANKSTREAM_WORKER_HTTP_PORT": str(free_port()),
         "RANKSTREAM_BOARDS": str(ROOT / "deploy" / "boards.yaml"),
     }

@@ -24,7 +24,7 @@ from common.boards import load_boards
 from common.errors import StackError
 from rankstream.stack import ensure_nginx, free_port, port_open
 from rankstream.topics import ensure_topics
-from tests.helpers import backfill, wait_for
+from tests.helpers import backfill, scrape, wait_for
 from tests.integration.test_http_caching import config, fill
 
 pytestmark = pytest.mark.integration
@@ -106,7 +106,7 @@ def test_viewers_behind_a_cache_reach_the_api_at_most_once_per_max_age(
                 await asyncio.sleep(0.05)
             with nginx_in_front(tmp_path / "nginx", http.server.port or 0) as base:
                 url = f"{base}/v1/boards/{board}/top?limit=10"
-                before = requests_seen(await (await http.get("/metrics")).text(), route)
+                before = requests_seen(scrape(http), route)
                 bodies: set[bytes] = set()
 
                 def viewer() -> int:
@@ -122,7 +122,7 @@ def test_viewers_behind_a_cache_reach_the_api_at_most_once_per_max_age(
                 started = time.monotonic()
                 served = sum(await asyncio.gather(*(asyncio.to_thread(viewer) for _ in range(VIEWERS))))
                 elapsed = time.monotonic() - started
-                seen = requests_seen(await (await http.get("/metrics")).text(), route) - before
+                seen = requests_seen(scrape(http), route) - before
                 return served, elapsed, bodies, seen
 
     served, elapsed, bodies, seen = asyncio.run(scenario())

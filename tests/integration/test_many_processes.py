@@ -88,6 +88,7 @@ class ApiNode(Process):
         env = {
             **worker_env(settings),
             "RANKSTREAM_API_PORT": str(self.port),
+            "RANKSTREAM_API_ADMIN_PORT": str(free_port()),
             "RANKSTREAM_API_HOST": "127.0.0.1",
         }
         super().__init__("api", env, log)

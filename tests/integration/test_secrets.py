@@ -130,9 +130,9 @@ def test_no_password_shows_in_logs_probes_metrics_errors_or_failures(
     ensure_topics(load_settings({}, **{**base, "kafka_bootstrap": secured.broker.bootstrap}))  # super user
     debug = {"RANKSTREAM_LOG_LEVEL": "DEBUG", "RANKSTREAM_KAFKA_DEBUG": "security,conf,broker"}
 
-    worker_port, api_port = free_port(), free_port()
+    worker_port, api_port, admin_port = free_port(), free_port(), free_port()
     worker_env_ = {**worker_env(settings, http_port=worker_port), **worker_login, **debug}
-    api_env_ = {**api_env(settings, api_port), **api_login, **debug}
+    api_env_ = {**api_env(settings, api_port, admin_port), **api_login, **debug}
     seen: list[str] = []
     worker = _start(worker_env_, "worker", tmp_path / "worker.out")
     api = _start(api_env_, "api", tmp_path / "api.out")
@@ -145,16 +145,17 @@ def test_no_password_shows_in_logs_probes_metrics_errors_or_failures(
         assert producer.flush(30) == 0
         top = f"http://127.0.0.1:{api_port}/v1/boards/coins:global/top"
         wait_for(lambda: '"u4"' in _get(top)[1], 90, "the API answering the worker's writes")
-        for url in (
-            f"http://127.0.0.1:{worker_port}/readyz",
-            f"http://127.0.0.1:{worker_port}/metrics",
-            f"http://127.0.0.1:{api_port}/readyz",
-            f"http://127.0.0.1:{api_port}/metrics",
-            f"http://127.0.0.1:{api_port}/v1/boards/coins:global/top?limit=-3",  # 400
-            f"http://127.0.0.1:{api_port}/v1/nothing",  # 404
+        for url, expected in (
+            (f"http://127.0.0.1:{worker_port}/readyz", 200),
+            (f"http://127.0.0.1:{worker_port}/metrics", 200),
+            (f"http://127.0.0.1:{api_port}/readyz", 200),
+            (f"http://127.0.0.1:{admin_port}/readyz", 200),
+            (f"http://127.0.0.1:{admin_port}/metrics", 200),
+            (f"http://127.0.0.1:{api_port}/v1/boards/coins:global/top?limit=-3", 400),
+            (f"http://127.0.0.1:{api_port}/v1/nothing", 404),
         ):
             status, body = _get(url)
-            assert status, url
+            assert status == expected, (url, status, body)
             seen.append(f"{url} {status} {body}")
     finally:
         stop_workers(worker, api)

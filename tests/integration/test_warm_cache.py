@@ -29,7 +29,7 @@ from common.store.keys import BoardKeys
 from common.store.reads import LOCATE, TOP
 from common.store.topology import Store, masters
 from tests.boundaries import session_boundary
-from tests.helpers import BOTH_TOPOLOGIES, every_server, kill_connections
+from tests.helpers import BOTH_TOPOLOGIES, every_server, kill_connections, scrape
 from worker.apply import Applier
 
 pytestmark = pytest.mark.integration
@@ -88,7 +88,7 @@ async def node(settings: Settings, clock: Clock = system_ms) -> AsyncIterator[Te
     """An API node in this loop, once ready and its change feed subscribed."""
     async with TestClient(TestServer(create_app(settings, load_boards(settings.boards), clock))) as http:
         deadline = time.monotonic() + 30
-        while "rankstream_api_warm_cache_live 1.0" not in await (await http.get("/metrics")).text():
+        while "rankstream_api_warm_cache_live 1.0" not in scrape(http):
             assert time.monotonic() < deadline, "the change feed never subscribed"
             await asyncio.sleep(0.02)
         yield http
@@ -167,7 +167,7 @@ def test_answers_are_kept_until_the_board_changes(notices_only, rclient):
             seq = await asyncio.to_thread(writer.write, "fresh")
             body = await shows(http, url, seq)  # its notice dropped the board (no seq check here)
             got["after_write"] = (body["items"][0]["member"], body["seq"] == seq)
-            text = await (await http.get("/metrics")).text()
+            text = scrape(http)
             got["hits"] = metric(text, 'rankstream_api_warm_cache_total{result="hit"}') >= 20
         return got
 
@@ -216,7 +216,7 @@ def test_a_node_whose_feed_drops_forgets_what_it_kept(notices_only, rclient):
             assert kill_connections(rclient, CHANGES_NAME) == 1
             writer.write("in-the-gap")  # at once: the feed waits 50 ms before reconnecting
             deadline = time.monotonic() + 10
-            while metric(await (await http.get("/metrics")).text(), SUBSCRIPTIONS) < 2:
+            while metric(scrape(http), SUBSCRIPTIONS) < 2:
                 assert time.monotonic() < deadline, "the change feed never came back"
                 await asyncio.sleep(0.01)
             # one read, no retry: the answer kept before the gap must be gone
@@ -294,7 +294,7 @@ def test_no_answer_is_older_than_a_write_plus_the_bound(warm_settings, rclient):
                     half[0] = time.monotonic() + 2.5
                     started.set()
                 await read_until_stopped(http, until)
-                text = await (await http.get("/metrics")).text()
+                text = scrape(http)
                 subscriptions.append(metric(text, SUBSCRIPTIONS))
                 missed.append(metric(text, "rankstream_api_warm_missed_changes_total"))
         return await writing, [*subscriptions, *missed]
