@@ -16,6 +16,7 @@ import yaml
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from api.access import Access
 from api.front import Front, InFlight
 from api.hotboards import HotBoards
 from api.httpcache import cache_control
@@ -34,6 +35,11 @@ READS_NAME, CHANGES_NAME = "rankstream-api", "rankstream-api-changes"  # CLIENT 
 # Of the shutdown deadline (api/main.py), kept for what comes after the cleanup steps below:
 EXIT_RESERVE_S = 0.5  # the interpreter's own exit after the last step (Kafka clients destroyed)
 REDIS_CLOSE_S = 0.5  # closing the Redis client, after the replay thread
+# a request's body (a lookup's, the one route that takes one) above this: 413. 500 member ids of
+# 128 characters, each JSON-escaped, fit within it
+MAX_BODY_BYTES = 1 << 20
+# a request's line and each header line above this, or more headers than MAX_HEADERS: 400
+MAX_LINE_BYTES, MAX_HEADERS = 8190, 64
 
 
 IN_FLIGHT: web.AppKey[InFlight] = web.AppKey("rankstream_in_flight", InFlight)
@@ -162,10 +168,12 @@ def create_app(settings: Settings, boards: BoardsConfig, clock: Clock = system_m
         cache_private=cache_control(
             settings.http_max_age_s, settings.http_stale_while_revalidate_s, private=True
         ),
+        access=Access.of(settings),
     )
     tracker = InFlight()
-    front = Front(state.metrics, tracker)
-    app = web.Application()  # no middleware: api/front.py wraps each route instead
+    front = Front(state.metrics, tracker, state.access)
+    # no middleware: api/front.py wraps each route instead
+    app = web.Application(client_max_size=MAX_BODY_BYTES)
     app[APP_STATE] = state
     app[IN_FLIGHT] = tracker
     for path, handler in (("/livez", livez), ("/readyz", readyz)):

@@ -27,23 +27,26 @@ _REFUSED = (redis.exceptions.NoPermissionError, redis.exceptions.AuthenticationE
 
 
 class ApiError(Exception):
-    def __init__(self, status: int, code: str, message: str) -> None:
+    def __init__(self, status: int, code: str, message: str, headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
         self.message = message
+        self.headers = headers or {}
 
 
-def error_response(status: int, code: str, message: str) -> web.Response:
+def error_response(
+    status: int, code: str, message: str, headers: dict[str, str] | None = None
+) -> web.Response:
     body = orjson.dumps({"error": {"code": code, "message": message}})
-    return web.Response(status=status, body=body, content_type="application/json")
+    return web.Response(status=status, body=body, content_type="application/json", headers=headers)
 
 
 def error_answer(request: web.Request, exc: Exception, redis_errors: Counter) -> web.Response:
     """The JSON answer to a request whose handler raised `exc` (an HTTPException below 400, a
     redirect, is raised again)."""
     if isinstance(exc, ApiError):
-        return error_response(exc.status, exc.code, exc.message)
+        return error_response(exc.status, exc.code, exc.message, exc.headers)
     if isinstance(exc, web.HTTPException):
         if exc.status < 400:
             raise exc

@@ -1,5 +1,6 @@
-"""What every request goes through: counted for the shutdown's drain, what its handler raised
-turned into a JSON error (api/errors.py), timed by route for /metrics.
+"""What every request goes through: counted for the shutdown's drain, admitted (a board read:
+its token and its client's rate, api/access.py), what its handler raised turned into a JSON error
+(api/errors.py), CORS headers for an allowed origin, timed by route for /metrics.
 
 It wraps each handler where its route is added, rather than being an aiohttp middleware: with
 any middleware aiohttp adds one of its own per request (the current app's bookkeeping) and looks
@@ -17,6 +18,7 @@ import time
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
+from api.access import Access
 from api.errors import ApiError, error_answer
 from api.metrics import ApiMetrics
 
@@ -49,21 +51,28 @@ class InFlight:
 
 
 class Front:
-    def __init__(self, metrics: ApiMetrics, tracker: InFlight) -> None:
-        self._metrics, self._tracker = metrics, tracker
+    def __init__(self, metrics: ApiMetrics, tracker: InFlight, access: Access | None = None) -> None:
+        self._metrics, self._tracker, self._access = metrics, tracker, access
 
-    def wrap(self, route: str, handler: Handler) -> Handler:
-        """`handler` behind the front, its requests timed as `route`."""
+    def wrap(self, route: str, handler: Handler, *, guarded: bool = False) -> Handler:
+        """`handler` behind the front, its requests timed as `route`; `guarded`: a board read,
+        admitted by the access rules first."""
         metrics, tracker = self._metrics, self._tracker
+        access = self._access
+        admit = access.admit if guarded and access is not None else None
 
         async def front(request: web.Request) -> web.StreamResponse:
             tracker.begin()
             started = time.perf_counter()
             try:
                 try:
+                    if admit is not None:
+                        admit(request)
                     response = await handler(request)
                 except Exception as exc:  # noqa: BLE001 - every error becomes a JSON answer
                     response = error_answer(request, exc, metrics.redis_errors)
+                if access is not None:
+                    access.cors(request, response)
                 metrics.observe(route, response.status, time.perf_counter() - started)
                 return response
             finally:
@@ -71,9 +80,11 @@ class Front:
 
         return front
 
-    def add(self, app: web.Application, method: str, path: str, handler: Handler) -> None:
+    def add(
+        self, app: web.Application, method: str, path: str, handler: Handler, guarded: bool = False
+    ) -> None:
         resource = app.router.add_resource(path)
-        wrapped = self.wrap(resource.canonical, handler)
+        wrapped = self.wrap(resource.canonical, handler, guarded=guarded)
         resource.add_route(method, wrapped)
         if method == "GET":
             resource.add_route("HEAD", wrapped)  # as aiohttp's add_get does
@@ -87,6 +98,9 @@ class Front:
             for other in request.app.router.resources():
                 if other is not resource:
                     allowed |= (await other.resolve(request))[1]
+            preflight = None if self._access is None else self._access.preflight(request, allowed)
+            if preflight is not None:  # a browser asking whether its page may read this route
+                return preflight
             if allowed:
                 error = ApiError(405, "method_not_allowed", f"{request.method} is not allowed here")
                 answer = error_answer(request, error, self._metrics.redis_errors)

@@ -36,7 +36,7 @@ import uvloop
 from aiohttp import web
 from aiohttp.http_exceptions import BadHttpMessage
 
-from api.app import ADMIN_APP, IN_FLIGHT, create_app
+from api.app import ADMIN_APP, IN_FLIGHT, MAX_HEADERS, MAX_LINE_BYTES, create_app
 from api.state import APP_STATE
 from common.boards import BoardsConfig, load_boards
 from common.clients import redis_client
@@ -115,6 +115,9 @@ async def _serve(app: web.Application, settings: Settings) -> None:
         shutdown_timeout=min(CANCEL_GRACE_S, reserve / 8),
         keepalive_timeout=75.0,
         access_log=None,
+        max_line_size=MAX_LINE_BYTES,
+        max_field_size=MAX_LINE_BYTES,
+        max_headers=MAX_HEADERS,
     )
     admin = web.AppRunner(app[ADMIN_APP], handle_signals=False, shutdown_timeout=0.1, access_log=None)
     try:

@@ -137,6 +137,8 @@ async def answer(
     `trend=1`, `reads`: the Redis reads the answer takes besides them)."""
     state = request.app[APP_STATE]
     if request.query.get("nocache") == "1":
+        if state.access is not None:
+            state.access.require_admin(request, "nocache=1")
         return respond(request, orjson.dumps(await build()), headers(None, NO_STORE))
     key = canonical(request, params)  # what is kept, and what the ETag covers
     if len(state.request_keys) >= MAX_REQUEST_KEYS:
@@ -268,6 +270,9 @@ async def lookup(request: web.Request) -> web.Response:
         raise ApiError(400, "bad_body", 'the body must be {"members": [<member id>, ...]}')
     if not 1 <= len(members) <= MAX_LIMIT:
         raise ApiError(400, "bad_body", f"members must hold 1 to {MAX_LIMIT} ids")
+    access = request.app[APP_STATE].access
+    if access is not None and len(members) > access.rules.lookup_max:
+        access.require_admin(request, f"a lookup of more than {access.rules.lookup_max} members")
     names = [member_id(m) for m in members]
     return json(
         await _trend(request, where, await queries.lookup_answer(reader_for(request, where), where, names))
@@ -298,9 +303,9 @@ async def rank(request: web.Request) -> web.Response:
 
 
 def add_routes(app: web.Application, front: Front) -> None:
-    front.add(app, "GET", f"{ROUTE_PREFIX}/top", top)
-    front.add(app, "GET", f"{ROUTE_PREFIX}/members/{{member:[^/]+}}", member)
-    front.add(app, "GET", f"{ROUTE_PREFIX}/members/{{member:[^/]+}}/around", around)
-    front.add(app, "POST", f"{ROUTE_PREFIX}/members/lookup", lookup)
-    front.add(app, "GET", f"{ROUTE_PREFIX}/count", count)
-    front.add(app, "GET", f"{ROUTE_PREFIX}/rank", rank)
+    front.add(app, "GET", f"{ROUTE_PREFIX}/top", top, guarded=True)
+    front.add(app, "GET", f"{ROUTE_PREFIX}/members/{{member:[^/]+}}", member, guarded=True)
+    front.add(app, "GET", f"{ROUTE_PREFIX}/members/{{member:[^/]+}}/around", around, guarded=True)
+    front.add(app, "POST", f"{ROUTE_PREFIX}/members/lookup", lookup, guarded=True)
+    front.add(app, "GET", f"{ROUTE_PREFIX}/count", count, guarded=True)
+    front.add(app, "GET", f"{ROUTE_PREFIX}/rank", rank, guarded=True)

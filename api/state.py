@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
+from api.access import Access
 from api.hotboards import HotBoards
 from api.metrics import ApiMetrics
 from api.warm import WarmCache
@@ -41,6 +42,7 @@ class ApiState:
     redis_readers: dict[tuple[str, str], BoardReader] = field(default_factory=dict)
     # started by SIGTERM/SIGINT (api/main.py): the drain and every cleanup step wait within it
     deadline: Deadline = field(default_factory=Deadline)
+    access: Access | None = None  # tokens, CORS, rate limit (api/access.py); None: all off
 
 
 APP_STATE: web.AppKey[ApiState] = web.AppKey("rankstream_state", ApiState)

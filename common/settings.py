@@ -6,6 +6,7 @@ librdkafka pass-through; anything else is a typo and stops the process with one 
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import os
 from collections.abc import Mapping
@@ -326,6 +327,50 @@ class Settings(BaseModel):
         "`/livez` and `/readyz` as on the public port. Keep it off the public network: expose "
         "only `RANKSTREAM_API_PORT` (see [security](operations/security.md)).",
     )
+    # Who may read, and how much: api/access.py (docs/operations/security.md)
+    api_read_tokens: SecretStr = Field(
+        default=SecretStr(""),
+        description="Bearer tokens, separated by commas, one of which every board read on the public "
+        "port must carry (`Authorization: Bearer <token>`; 401 otherwise). Empty: reads are open. "
+        "A secret: never logged.",
+    )
+    api_admin_tokens: SecretStr = Field(
+        default=SecretStr(""),
+        description="Bearer tokens, separated by commas, that also read, and that alone may ask for "
+        "`nocache=1` and look up more than `RANKSTREAM_API_PUBLIC_LOOKUP_MAX` members at once (403 "
+        "otherwise). Empty: anyone may. A secret: never logged.",
+    )
+    api_public_lookup_max: int = Field(
+        default=100,
+        ge=1,
+        le=500,
+        description="With `RANKSTREAM_API_ADMIN_TOKENS` set: the most members a lookup without an "
+        "admin token may name.",
+    )
+    api_cors_origins: str = Field(
+        default="",
+        description="Browser origins allowed to read the API from their pages, separated by commas "
+        "(`https://game.example.com`), or `*` for any: their answers carry "
+        "`Access-Control-Allow-Origin` and their preflight requests are answered. Empty: none.",
+    )
+    api_rate_limit_per_s: float = Field(
+        default=0.0,
+        ge=0.0,
+        description="Board reads a client may make per second on the public port, on average (a token "
+        "bucket); more are answered 429 with `Retry-After`. The client is its bearer token, else "
+        "its address (see `RANKSTREAM_API_TRUSTED_PROXIES`). `0`: no limit.",
+    )
+    api_rate_limit_burst: int = Field(
+        default=20,
+        ge=1,
+        description="How many reads a client may make at once above its rate (the bucket's size).",
+    )
+    api_trusted_proxies: str = Field(
+        default="",
+        description="Addresses or networks (CIDR), separated by commas, of the proxies in front of the "
+        "API (a CDN, a load balancer): a request from one is counted as the first address of "
+        "`X-Forwarded-For`, from the right, that is not one of them. Empty: the peer's address.",
+    )
     # The warm cache: api/warm.py
     warm_cache_mb: int = Field(
         default=64,
@@ -427,6 +472,17 @@ class Settings(BaseModel):
                 "could ever succeed"
             )
         return self
+
+    @field_validator("api_trusted_proxies")
+    @classmethod
+    def _networks(cls, value: str) -> str:
+        for part in (p.strip() for p in value.split(",")):
+            if part:
+                try:
+                    ipaddress.ip_network(part, strict=False)
+                except ValueError:
+                    raise ValueError(f"{part!r} is not an address or network") from None
+        return value
 
     @model_validator(mode="after")
     def _admin_port_apart(self) -> Settings:

@@ -7,11 +7,13 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -322,3 +324,34 @@ def test_cli_prints_readable_tables_from_a_running_api(shared_api):
     )  # fmt: skip
     assert missing.returncode == 2
     assert missing.stderr.strip() == "rankstream: member_not_found: 'ghost' is not on this board"
+
+
+def _raw(base: str, request: bytes) -> bytes:
+    """`request` as sent, on its own connection; the answer's first bytes."""
+    where = urllib.parse.urlsplit(base)
+    with socket.create_connection((where.hostname, where.port), timeout=10) as sock:
+        sock.sendall(request)
+        return sock.recv(4096)
+
+
+def test_a_body_too_big_is_a_json_413(shared_api):
+    body = orjson.dumps({"members": ["x" * 128] * 9000})  # over 1 MiB
+    url = f"{shared_api}/v1/boards/gift:room42/members/lookup"
+    request = urllib.request.Request(url, data=body, method="POST")  # noqa: S310 - loopback
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=10)  # noqa: S310 - loopback
+    assert refused.value.code == 413
+    assert orjson.loads(refused.value.read())["error"]["code"] == "request_entity_too_large"
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [b"X-Big: " + b"a" * 9000 + b"\r\n", b"".join(b"X-H%d: v\r\n" % i for i in range(70))],
+    ids=["a header line over 8190 bytes", "more than 64 headers"],
+)
+def test_headers_past_the_limits_are_refused_with_400(shared_api, headers):
+    """Refused by aiohttp's parser, before any route: its own text answer, not JSON (71 headers
+    are within aiohttp's default of 128: the node's limit of 64 is in effect)."""
+    request = b"GET /v1/boards/gift:room42/top HTTP/1.1\r\nHost: x\r\n" + headers + b"\r\n"
+    assert _raw(shared_api, request).split(b"\r\n")[0].endswith(b" 400 Bad Request")
+    assert _get(f"{shared_api}/livez")[0] == 200  # and the node goes on

@@ -43,9 +43,13 @@ __all__ = ["secure_broker"]  # the fixture, shared with tests/integration/test_k
 REDIS_PASSWORD = f"redis-{uuid.uuid4().hex}-p@ss/word"  # characters a URL must quote
 
 
-def _get(url: str) -> tuple[int, str]:
+READ_TOKEN, ADMIN_TOKEN = f"read-{uuid.uuid4().hex}", f"admin-{uuid.uuid4().hex}"
+
+
+def _get(url: str, token: str = READ_TOKEN) -> tuple[int, str]:
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})  # noqa: S310 - loopback
     try:
-        with urllib.request.urlopen(url, timeout=5) as resp:  # noqa: S310 - loopback
+        with urllib.request.urlopen(request, timeout=5) as resp:  # noqa: S310 - loopback
             return int(resp.status), resp.read().decode()
     except urllib.error.HTTPError as exc:
         return int(exc.code), exc.read().decode()
@@ -125,6 +129,8 @@ def test_no_password_shows_in_logs_probes_metrics_errors_or_failures(
         "redis": REDIS_PASSWORD,
         "sasl": worker_login["RANKSTREAM_KAFKA_SASL_PASSWORD"],
         "ssl key": api_login["RANKSTREAM_KAFKA_SSL_KEY_PASSWORD"],
+        "read token": READ_TOKEN,
+        "admin token": ADMIN_TOKEN,
     }
     _allow_all(secured, settings, "rankstream-worker", "rankstream-api")
     ensure_topics(load_settings({}, **{**base, "kafka_bootstrap": secured.broker.bootstrap}))  # super user
@@ -132,7 +138,8 @@ def test_no_password_shows_in_logs_probes_metrics_errors_or_failures(
 
     worker_port, api_port, admin_port = free_port(), free_port(), free_port()
     worker_env_ = {**worker_env(settings, http_port=worker_port), **worker_login, **debug}
-    api_env_ = {**api_env(settings, api_port, admin_port), **api_login, **debug}
+    tokens = {"RANKSTREAM_API_READ_TOKENS": READ_TOKEN, "RANKSTREAM_API_ADMIN_TOKENS": ADMIN_TOKEN}
+    api_env_ = {**api_env(settings, api_port, admin_port), **api_login, **debug, **tokens}
     seen: list[str] = []
     worker = _start(worker_env_, "worker", tmp_path / "worker.out")
     api = _start(api_env_, "api", tmp_path / "api.out")
@@ -153,10 +160,15 @@ def test_no_password_shows_in_logs_probes_metrics_errors_or_failures(
             (f"http://127.0.0.1:{admin_port}/metrics", 200),
             (f"http://127.0.0.1:{api_port}/v1/boards/coins:global/top?limit=-3", 400),
             (f"http://127.0.0.1:{api_port}/v1/nothing", 404),
+            (f"{top}?nocache=1", 403),  # a read token asking what only an admin token may
         ):
             status, body = _get(url)
             assert status == expected, (url, status, body)
             seen.append(f"{url} {status} {body}")
+        wrong = f"{READ_TOKEN[:-4]}xxxx"  # almost a token: the answer must not say which
+        status, body = _get(top, wrong)
+        assert status == 401, body
+        seen.append(body)
     finally:
         stop_workers(worker, api)
     seen += [(tmp_path / "worker.out").read_text(), (tmp_path / "api.out").read_text()]
