@@ -3,6 +3,7 @@ the environment Kubernetes gives its container, ends before the kubelet's SIGKIL
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ import yaml
 from common.settings import load_settings
 
 MANIFEST = Path(__file__).resolve().parents[2] / "deploy" / "k8s" / "rankstream.yaml"
+DOCKERFILE = MANIFEST.parents[1] / "Dockerfile"
 KUBELET_MARGIN_S = 5  # at least this between the process's deadline and the SIGKILL
 DEADLINE_ENV = "RANKSTREAM_SHUTDOWN_DEADLINE_S"
 
@@ -77,3 +79,22 @@ def test_shutdown_deadline_ends_before_the_kubelet_kills(deployment, command):
         f"{deployment}: a {settings.shutdown_deadline_s} s deadline leaves less than {KUBELET_MARGIN_S} s "
         f"before the SIGKILL at terminationGracePeriodSeconds={grace}"
     )
+
+
+@pytest.mark.parametrize(("kind", "name"), [("Job", "rankstream-topics"), ("Deployment", "rankstream-worker"),
+                                            ("Deployment", "rankstream-api")])  # fmt: skip
+def test_every_pod_runs_unprivileged_on_a_read_only_root(kind: str, name: str) -> None:
+    pod = find(kind, name)["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    user = re.search(r"^USER (\d+):(\d+)$", DOCKERFILE.read_text(encoding="utf-8"), re.M)
+    assert user is not None
+    assert (pod["securityContext"]["runAsUser"], pod["securityContext"]["runAsGroup"]) == (
+        int(user[1]),
+        int(user[2]),
+    )
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    for container in pod["containers"]:
+        context = container["securityContext"]
+        assert context["readOnlyRootFilesystem"] is True
+        assert context["allowPrivilegeEscalation"] is False
+        assert context["capabilities"] == {"drop": ["ALL"]}
