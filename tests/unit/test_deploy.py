@@ -4,13 +4,15 @@ the environment Kubernetes gives its container, ends before the kubelet's SIGKIL
 from __future__ import annotations
 
 import re
+import tomllib
 from pathlib import Path
 from typing import Any
 
+import kubernetes_validate
 import pytest
 import yaml
 
-from common.settings import load_settings
+from common.settings import Settings, load_settings
 
 MANIFEST = Path(__file__).resolve().parents[2] / "deploy" / "k8s" / "rankstream.yaml"
 DOCKERFILE = MANIFEST.parents[1] / "Dockerfile"
@@ -98,3 +100,71 @@ def test_every_pod_runs_unprivileged_on_a_read_only_root(kind: str, name: str) -
         assert context["readOnlyRootFilesystem"] is True
         assert context["allowPrivilegeEscalation"] is False
         assert context["capabilities"] == {"drop": ["ALL"]}
+
+
+KUBERNETES = "1.34"  # the version whose schemas the manifest is held to (kubernetes-validate)
+
+
+def test_every_document_is_valid_for_the_pinned_kubernetes_version() -> None:
+    for doc in documents():
+        kubernetes_validate.validate(doc, KUBERNETES, strict=True)  # raises on any error
+
+
+def test_the_validation_does_refuse_a_field_kubernetes_does_not_know() -> None:
+    doc = find("Deployment", "rankstream-api")
+    broken = {**doc, "spec": {**doc["spec"], "replicaz": 2}}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(broken, KUBERNETES, strict=True)
+
+
+def test_the_images_name_this_release() -> None:
+    version = tomllib.loads((MANIFEST.parents[2] / "pyproject.toml").read_text())["project"]["version"]
+    images = {
+        c["image"] for d in documents() if d["kind"] in {"Job", "Deployment"}
+        for c in d["spec"]["template"]["spec"]["containers"]
+    }  # fmt: skip
+    assert images == {f"rankstream:{version}"}
+
+
+def _ports(kind: str, name: str) -> dict[str, int]:
+    (container,) = find(kind, name)["spec"]["template"]["spec"]["containers"]
+    return {p["name"]: p["containerPort"] for p in container["ports"]}
+
+
+def test_ports_probes_and_policies_are_the_ones_the_processes_serve() -> None:
+    defaults = {name: field.default for name, field in Settings.model_fields.items()}
+    assert _ports("Deployment", "rankstream-api") == {
+        "http": defaults["api_port"],
+        "admin": defaults["api_admin_port"],
+    }
+    assert _ports("Deployment", "rankstream-worker") == {"probes": defaults["worker_http_port"]}
+    for name, metrics_port in (
+        ("rankstream-api", "api_admin_port"),
+        ("rankstream-worker", "worker_http_port"),
+    ):
+        pod = find("Deployment", name)["spec"]["template"]
+        assert pod["metadata"]["annotations"]["prometheus.io/port"] == str(defaults[metrics_port])
+        (container,) = pod["spec"]["containers"]
+        probes = [
+            container[p]["httpGet"]
+            for p in ("livenessProbe", "readinessProbe", "startupProbe")
+            if p in container
+        ]
+        assert {p["path"] for p in probes} == {"/livez", "/readyz"}, name
+        policy = find("NetworkPolicy", name)
+        assert policy["spec"]["podSelector"] == find("Deployment", name)["spec"]["selector"]
+        allowed = {p["port"] for rule in policy["spec"]["ingress"] for p in rule["ports"]}
+        assert allowed == set(_ports("Deployment", name).values()), name
+        assert (
+            find("PodDisruptionBudget", name)["spec"]["selector"]
+            == find("Deployment", name)["spec"]["selector"]
+        )
+    scaled = find("HorizontalPodAutoscaler", "rankstream-api")["spec"]
+    assert scaled["scaleTargetRef"] == {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "name": "rankstream-api",
+    }
+    assert "replicas" not in find("Deployment", "rankstream-api")["spec"]  # the autoscaler's to set
+    service = find("Service", "rankstream-api")["spec"]
+    assert [p["targetPort"] for p in service["ports"]] == ["http"]  # never the admin port
