@@ -13,7 +13,7 @@ every step after it waits only within what is left of it:
 
 A replay thread still blocked in librdkafka is abandoned (os._exit, as the worker does), and a
 last-resort timer exits at the deadline whatever still runs: the process is gone before the
-kubelet's SIGKILL (terminationGracePeriodSeconds, deploy/k8s/rankstream.yaml).
+kubelet's SIGKILL (terminationGracePeriodSeconds, deploy/k8s/base/rankstream.yaml).
 
 Why not `web.run_app(shutdown_timeout=deadline)`: aiohttp 3.14's runner cleanup waits, per
 connection, up to shutdown_timeout for the handler, cancels it, waits up to shutdown_timeout again

@@ -1,5 +1,7 @@
-"""deploy/k8s/rankstream.yaml: each process's shutdown deadline, as the process would read it from
-the environment Kubernetes gives its container, ends before the kubelet's SIGKILL."""
+"""deploy/k8s as kustomize renders its base and its production overlay, validated against a
+pinned Kubernetes version's schemas and cross-checked with the code: each process's shutdown
+deadline, as the process would read it from the environment Kubernetes gives its container, ends
+before the kubelet's SIGKILL; ports, probes, annotations, selectors, privileges and images."""
 
 from __future__ import annotations
 
@@ -10,24 +12,25 @@ from typing import Any
 
 import kubernetes_validate
 import pytest
-import yaml
 
 from common.settings import Settings, load_settings
+from tests.kustomize import render
 
-MANIFEST = Path(__file__).resolve().parents[2] / "deploy" / "k8s" / "rankstream.yaml"
-DOCKERFILE = MANIFEST.parents[1] / "Dockerfile"
+ROOT = Path(__file__).resolve().parents[2]
+MANIFEST = ROOT / "deploy" / "k8s" / "base" / "rankstream.yaml"
+DOCKERFILE = ROOT / "deploy" / "Dockerfile"
 KUBELET_MARGIN_S = 5  # at least this between the process's deadline and the SIGKILL
 DEADLINE_ENV = "RANKSTREAM_SHUTDOWN_DEADLINE_S"
 
 
-def documents() -> list[dict[str, Any]]:
-    with MANIFEST.open(encoding="utf-8") as f:
-        return [d for d in yaml.safe_load_all(f) if d]
+def documents(folder: str = "base") -> tuple[dict[str, Any], ...]:
+    """The documents kustomize renders of deploy/k8s/<folder>."""
+    return render(folder)
 
 
-def find(kind: str, name: str) -> dict[str, Any]:
-    found = [d for d in documents() if d["kind"] == kind and d["metadata"]["name"] == name]
-    assert len(found) == 1, f"{kind}/{name} in {MANIFEST.name}"
+def find(kind: str, name: str, folder: str = "base") -> dict[str, Any]:
+    found = [d for d in documents(folder) if d["kind"] == kind and d["metadata"]["name"] == name]
+    assert len(found) == 1, f"{kind}/{name} in deploy/k8s/{folder}"
     return found[0]
 
 
@@ -105,9 +108,34 @@ def test_every_pod_runs_unprivileged_on_a_read_only_root(kind: str, name: str) -
 KUBERNETES = "1.34"  # the version whose schemas the manifest is held to (kubernetes-validate)
 
 
-def test_every_document_is_valid_for_the_pinned_kubernetes_version() -> None:
-    for doc in documents():
+@pytest.mark.parametrize("folder", ["base", "overlays/production"])
+def test_every_document_is_valid_for_the_pinned_kubernetes_version(folder: str) -> None:
+    for doc in documents(folder):
         kubernetes_validate.validate(doc, KUBERNETES, strict=True)  # raises on any error
+
+
+def test_the_production_overlay_keeps_every_object_and_sets_image_workers_and_resources() -> None:
+    base, production = documents(), documents("overlays/production")
+    assert [(d["kind"], d["metadata"]["name"]) for d in production] == [
+        (d["kind"], d["metadata"]["name"]) for d in base
+    ]
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    images = {
+        c["image"] for d in production if d["kind"] in {"Job", "Deployment"}
+        for c in d["spec"]["template"]["spec"]["containers"]
+    }  # fmt: skip
+    assert images == {f"registry.example.com/games/rankstream:{version}"}
+    assert find("Deployment", "rankstream-worker", "overlays/production")["spec"]["replicas"] == 6
+    for name in ("rankstream-worker", "rankstream-api"):
+        (container,) = find("Deployment", name, "overlays/production")["spec"]["template"]["spec"][
+            "containers"
+        ]
+        assert container["resources"]["requests"]["cpu"] == "1", name
+        # what the patch leaves alone is the base's
+        (kept,) = find("Deployment", name)["spec"]["template"]["spec"]["containers"]
+        assert {k: v for k, v in container.items() if k not in {"resources", "image"}} == {
+            k: v for k, v in kept.items() if k not in {"resources", "image"}
+        }
 
 
 def test_the_validation_does_refuse_a_field_kubernetes_does_not_know() -> None:
@@ -118,7 +146,7 @@ def test_the_validation_does_refuse_a_field_kubernetes_does_not_know() -> None:
 
 
 def test_the_images_name_this_release() -> None:
-    version = tomllib.loads((MANIFEST.parents[2] / "pyproject.toml").read_text())["project"]["version"]
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
     images = {
         c["image"] for d in documents() if d["kind"] in {"Job", "Deployment"}
         for c in d["spec"]["template"]["spec"]["containers"]
