@@ -10,8 +10,10 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import kubernetes_validate
 import pytest
+import yaml
 
 from common.settings import Settings, load_settings
 from tests.kustomize import render
@@ -108,17 +110,74 @@ def test_every_pod_runs_unprivileged_on_a_read_only_root(kind: str, name: str) -
 KUBERNETES = "1.34"  # the version whose schemas the manifest is held to (kubernetes-validate)
 
 
+SERVICE_MONITOR_CRD = ROOT / "tests" / "schemas" / "servicemonitors-v0.93.0.yaml"
+
+
+def _strict(schema: Any) -> Any:
+    """A CRD's schema as the API server's strict field validation applies it: an object with
+    properties takes no other field (unless it says it keeps unknown fields)."""
+    if isinstance(schema, dict):
+        out = {k: _strict(v) for k, v in schema.items()}
+        keeps_unknown = out.get("x-kubernetes-preserve-unknown-fields")
+        if "properties" in out and "additionalProperties" not in out and not keeps_unknown:
+            out["additionalProperties"] = False
+        return out
+    if isinstance(schema, list):
+        return [_strict(v) for v in schema]
+    return schema
+
+
+def service_monitor_validator() -> jsonschema.Draft7Validator:
+    (crd,) = [d for d in yaml.safe_load_all(SERVICE_MONITOR_CRD.read_text(encoding="utf-8")) if d]
+    (version,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
+    return jsonschema.Draft7Validator(_strict(version["schema"]["openAPIV3Schema"]))
+
+
 @pytest.mark.parametrize("folder", ["base", "overlays/production"])
 def test_every_document_is_valid_for_the_pinned_kubernetes_version(folder: str) -> None:
+    monitors = service_monitor_validator()
     for doc in documents(folder):
-        kubernetes_validate.validate(doc, KUBERNETES, strict=True)  # raises on any error
+        if doc["apiVersion"] == "monitoring.coreos.com/v1":
+            assert doc["kind"] == "ServiceMonitor"
+            monitors.validate(doc)  # against prometheus-operator's CRD, vendored
+        else:
+            kubernetes_validate.validate(doc, KUBERNETES, strict=True)  # raises on any error
+
+
+def test_the_service_monitor_schema_does_refuse_a_field_it_does_not_know() -> None:
+    monitor = find("ServiceMonitor", "rankstream-api", "overlays/production")
+    broken = {**monitor, "spec": {**monitor["spec"], "endpoint": monitor["spec"]["endpoints"]}}
+    with pytest.raises(jsonschema.ValidationError):
+        service_monitor_validator().validate(broken)
+
+
+def test_each_service_monitor_reaches_its_process_metrics_port() -> None:
+    production = "overlays/production"
+    for name, port in (("rankstream-api", "admin"), ("rankstream-worker", "probes")):
+        monitor = find("ServiceMonitor", name, production)["spec"]
+        services = [
+            d for d in documents(production)
+            if d["kind"] == "Service"
+            and monitor["selector"]["matchLabels"].items() <= d["metadata"].get("labels", {}).items()
+        ]  # fmt: skip
+        assert len(services) == 1, name  # the public Service never: it has no admin port
+        service = services[0]["spec"]
+        assert service["selector"] == find("Deployment", name)["spec"]["selector"]["matchLabels"]
+        assert [(p["name"], p["targetPort"]) for p in service["ports"]] == [(port, port)]
+        assert [(e["port"], e["path"]) for e in monitor["endpoints"]] == [(port, "/metrics")]
+        assert port in _ports("Deployment", name)
 
 
 def test_the_production_overlay_keeps_every_object_and_sets_image_workers_and_resources() -> None:
     base, production = documents(), documents("overlays/production")
-    assert [(d["kind"], d["metadata"]["name"]) for d in production] == [
-        (d["kind"], d["metadata"]["name"]) for d in base
-    ]
+    objects = [(d["kind"], d["metadata"]["name"]) for d in production]
+    assert set(objects) - {(d["kind"], d["metadata"]["name"]) for d in base} == {
+        ("Service", "rankstream-api-admin"),  # monitoring.yaml's
+        ("Service", "rankstream-worker-metrics"),
+        ("ServiceMonitor", "rankstream-api"),
+        ("ServiceMonitor", "rankstream-worker"),
+    }
+    assert len(objects) == len(base) + 4
     version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
     images = {
         c["image"] for d in production if d["kind"] in {"Job", "Deployment"}
