@@ -15,6 +15,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from common.boards import load_boards
 from common.settings import Settings, load_settings
 from tests.kustomize import render
 
@@ -255,3 +256,25 @@ def test_ports_probes_and_policies_are_the_ones_the_processes_serve() -> None:
     assert "replicas" not in find("Deployment", "rankstream-api")["spec"]  # the autoscaler's to set
     service = find("Service", "rankstream-api")["spec"]
     assert [p["targetPort"] for p in service["ports"]] == ["http"]  # never the admin port
+
+
+@pytest.mark.parametrize(("kind", "name"), [("Job", "rankstream-topics"), ("Deployment", "rankstream-worker"),
+                                            ("Deployment", "rankstream-api")])  # fmt: skip
+def test_every_setting_is_known_and_the_boards_file_is_where_the_setting_says(
+    kind: str, name: str, tmp_path: Path
+) -> None:
+    pod = find(kind, name)["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    env, _ = container_env(container)
+    names = {n for n in env if n.isupper()}  # the ConfigMap also holds boards.yaml, a file
+    settings = load_settings({n: env[n] for n in names})  # an unknown name or a bad value raises
+    mounts = {m["mountPath"]: m["name"] for m in container.get("volumeMounts", [])}
+    if kind == "Job":
+        return  # `rankstream topics` reads no boards
+    folder, file = str(settings.boards.parent), settings.boards.name
+    volume = next(v for v in pod["volumes"] if v["name"] == mounts[folder])
+    items = {i["path"]: i["key"] for i in volume["configMap"]["items"]}
+    text = source_data("ConfigMap", volume["configMap"]["name"])[items[file]]
+    boards_file = tmp_path / file
+    boards_file.write_text(text, encoding="utf-8")
+    assert load_boards(boards_file).hot, "the example config's hot board"  # it parses, as the process would
