@@ -313,6 +313,7 @@ def run_worker(settings: Settings) -> int:
         blocked = {str(p): b.reason for p, b in now_blocked.items()}
         return redis_ok and not blocked, {"redis": redis_ok, "partitions": loop.assigned, "blocked": blocked}
 
+    metrics.ready.set_function(lambda: 1.0 if ready()[0] else 0.0)
     server = serve_probes("0.0.0.0", settings.worker_http_port, live, ready, metrics.registry)  # noqa: S104
 
     stop_on_signals(loop, settings.shutdown_deadline_s)

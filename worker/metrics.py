@@ -97,6 +97,11 @@ class WorkerMetrics:
             registry=r,
         )
         self.state_boards = Gauge("rankstream_worker_state_boards", "Boards whose state is kept", registry=r)
+        self.ready = Gauge(
+            "rankstream_worker_ready",
+            "1 when the worker's /readyz answers 200 (Redis answers, no partition blocked)",
+            registry=r,
+        )
         self._blocked_now: Callable[[], Mapping[int, Blocked]] = dict
         self._blocked_boards: dict[int, str] = {}
         r.register(_BlockedCollector(self))
