@@ -7,16 +7,17 @@ export RANKSTREAM_BOARDS ?= deploy/boards.yaml
 # parallel test runners, each with its own Kafka and Redis (tests/conftest.py)
 TEST_JOBS ?= 2
 
-.PHONY: help setup run stop test test-fast lint bench clean
+.PHONY: help setup run stop test test-fast lint bench lock audit clean
 
 help:  ## this list
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-9s %s\n", $$1, $$2}'
 
-$(STAMP): pyproject.toml
+# every version CI installs is locked, with its hashes: requirements.lock (`make lock` rewrites it)
+$(STAMP): pyproject.toml requirements.lock
 	@$(PY) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "rankstream needs Python >= 3.11 (found " + sys.version.split()[0] + ")")'
 	$(PY) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q --require-hashes -r requirements.lock
+	$(BIN)/pip install -q --no-deps -e .
 	@touch $(STAMP)
 
 setup: $(STAMP)  ## virtualenv, install, Redis binary, Kafka jars (idempotent, fast once cached)
@@ -41,6 +42,13 @@ lint: setup  ## ruff and mypy --strict
 
 bench: setup  ## benchmarks; JSON reports in bench/results/
 	$(BIN)/python -m bench
+
+lock: setup  ## rewrite requirements.lock from pyproject.toml (every version, with hashes)
+	$(BIN)/pip-compile -q --extra dev --generate-hashes --strip-extras --allow-unsafe \
+		--no-emit-find-links --no-emit-index-url -o requirements.lock pyproject.toml
+
+audit: setup  ## requirements.lock against the published advisories (ignored ones: .ci/audit-ignore)
+	$(BIN)/python .ci/audit.py
 
 clean:  ## remove the virtualenv and the local stack's data
 	rm -rf $(VENV) .stack .pytest_cache .mypy_cache .ruff_cache
