@@ -580,4 +580,4 @@ def load_settings(environ: Mapping[str, str] | None = None, **overrides: Any) ->
         if not first["loc"]:  # a rule across settings: its message names them
             raise ConfigError(first["msg"].removeprefix("Value error, ")) from None
         where = ENV_PREFIX + ".".join(str(p) for p in first["loc"]).upper()
-        raise ConfigError(f"{where}: {first['msg']}") from None
+        raise ConfigError(f"{where}: {first['msg'].removeprefix('Value error, ')}") from None
