@@ -23,6 +23,7 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported at runtime
     AclBinding,
+    AclBindingFilter,
     AclOperation,
     AclPermissionType,
     AdminClient,
@@ -90,6 +91,25 @@ def bindings(args: list[str], names: dict[str, str]) -> list[AclBinding]:
         for kind, name in resources
         for op in operations
     ]
+
+
+def grant(broker: LocalKafka, acls: list[AclBinding]) -> None:
+    """Create `acls` (as the super user) and wait until the broker's authorizer holds each: the
+    controller acknowledges a creation before the broker applies it, and a client refused
+    meanwhile meets a non-retriable authorization error."""
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    for future in admin.create_acls(acls, request_timeout=30).values():
+        future.result(timeout=30)
+
+    def held(binding: AclBinding) -> bool:
+        found = admin.describe_acls(
+            AclBindingFilter(binding.restype, binding.name, binding.resource_pattern_type, binding.principal,
+                             binding.host, binding.operation, binding.permission_type),
+            request_timeout=10,
+        ).result(timeout=10)  # fmt: skip
+        return bool(found)
+
+    wait_for(lambda: all(held(b) for b in acls), 30, "the ACLs in force on the broker")
 
 
 def test_the_page_documents_each_principal():
@@ -189,10 +209,7 @@ def test_each_process_does_its_job_with_the_documented_acls_alone(
         "rankstream-worker": as_admin.worker_group,
         "rankstream-worker-": f"{as_admin.worker_group}-",
     }
-    super_user = AdminClient({"bootstrap.servers": broker.bootstrap})
-    acls = [b for args in documented_acls() for b in bindings(args, names)]
-    for future in super_user.create_acls(acls, request_timeout=30).values():
-        future.result(timeout=30)
+    grant(broker, [b for args in documented_acls() for b in bindings(args, names)])
 
     # a principal without ACLs is refused: the broker enforces them
     stranger = _as(base, secured, "stranger")
@@ -307,9 +324,7 @@ def test_a_command_without_its_acls_says_so_in_one_line(
             AclOperation.DESCRIBE,
             AclPermissionType.ALLOW,
         )
-        admin = AdminClient({"bootstrap.servers": broker.bootstrap})  # kept until its futures end
-        for future in admin.create_acls([see]).values():
-            future.result(timeout=30)
+        grant(broker, [see])
     env = {
         **worker_env(settings),
         **secure_broker.login(user),
@@ -349,9 +364,7 @@ def test_the_example_producers_log_in_with_scram_over_tls(
     ensure_topics(super_settings(settings, broker))
     names = {"update_rank": settings.topic_updates}
     acls = [b for args in documented_acls() if "User:game-server" in args for b in bindings(args, names)]
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-    for future in admin.create_acls(acls, request_timeout=30).values():
-        future.result(timeout=30)
+    grant(broker, acls)
     env = {
         **os.environ,
         "BOOTSTRAP": f"127.0.0.1:{broker.sasl.sasl_tls_port}",

@@ -24,7 +24,6 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # re-exported
     AclBinding,
     AclOperation,
     AclPermissionType,
-    AdminClient,
     ResourcePatternType,
     ResourceType,
 )
@@ -34,7 +33,7 @@ from rankstream.stack import free_port
 from rankstream.topics import ensure_topics
 from tests.conftest import Servers, own_settings
 from tests.helpers import api_env, stop_workers, wait_for, worker_env
-from tests.integration.test_kafka_acl import Secured, secure_broker
+from tests.integration.test_kafka_acl import Secured, grant, secure_broker
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]  # a broker of its own
 
@@ -91,9 +90,7 @@ def _allow_all(secured: Secured, settings: Settings, *principals: str) -> None:
             (ResourceType.TRANSACTIONAL_ID, settings.worker_group),
         )
     ]
-    admin = AdminClient({"bootstrap.servers": secured.broker.bootstrap})
-    for future in admin.create_acls(acls, request_timeout=30).values():
-        future.result(timeout=30)
+    grant(secured.broker, acls)
 
 
 def _start(env: dict[str, str], command: str, out: Path) -> subprocess.Popen[bytes]:
