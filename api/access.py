@@ -21,17 +21,13 @@ from aiohttp import web
 from cachetools import TTLCache
 
 from api.errors import ApiError
-from common.settings import Settings
+from common.settings import Settings, comma_list
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 MAX_CLIENTS = 100_000  # buckets kept; an idle client's bucket is full again, so forgetting it is exact
 PREFLIGHT_MAX_AGE_S = 600
 ALLOWED_HEADERS = "Authorization, Content-Type, If-None-Match"
 EXPOSED_HEADERS = "ETag, Retry-After"
-
-
-def _split(text: str) -> list[str]:
-    return [part.strip() for part in text.split(",") if part.strip()]
 
 
 @dataclass(frozen=True)
@@ -47,14 +43,14 @@ class AccessRules:
     @classmethod
     def of(cls, settings: Settings) -> AccessRules:
         return cls(
-            read_tokens=frozenset(_split(settings.api_read_tokens.get_secret_value())),
-            admin_tokens=frozenset(_split(settings.api_admin_tokens.get_secret_value())),
+            read_tokens=frozenset(comma_list(settings.api_read_tokens.get_secret_value())),
+            admin_tokens=frozenset(comma_list(settings.api_admin_tokens.get_secret_value())),
             lookup_max=settings.api_public_lookup_max,
-            origins=frozenset(_split(settings.api_cors_origins)),
+            origins=frozenset(comma_list(settings.api_cors_origins)),
             rate_per_s=settings.api_rate_limit_per_s,
             burst=settings.api_rate_limit_burst,
             trusted=tuple(
-                ipaddress.ip_network(n, strict=False) for n in _split(settings.api_trusted_proxies)
+                ipaddress.ip_network(n, strict=False) for n in comma_list(settings.api_trusted_proxies)
             ),
         )
 

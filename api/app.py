@@ -130,18 +130,16 @@ async def openapi(request: web.Request) -> web.Response:
     return web.Response(body=openapi_json(), content_type="application/json")
 
 
+PROBES = (("/livez", livez), ("/readyz", readyz))  # on the public port and on the admin port
+
+
 def admin_app(state: ApiState) -> web.Application:
     """The admin port's app: the node's metrics and its spec, and the probes; served on a port of
     its own so that only the public routes face clients (api/main.py)."""
     front = Front(state.metrics, InFlight())  # not drained: scrapes may come until the end
     app = web.Application()
     app[APP_STATE] = state
-    for path, handler in (
-        ("/livez", livez),
-        ("/readyz", readyz),
-        ("/metrics", metrics),
-        ("/openapi.json", openapi),
-    ):
+    for path, handler in (*PROBES, ("/metrics", metrics), ("/openapi.json", openapi)):
         front.add(app, "GET", path, handler)
     front.catch_all(app)
     return app
@@ -176,7 +174,7 @@ def create_app(settings: Settings, boards: BoardsConfig, clock: Clock = system_m
     app = web.Application(client_max_size=MAX_BODY_BYTES)
     app[APP_STATE] = state
     app[IN_FLIGHT] = tracker
-    for path, handler in (("/livez", livez), ("/readyz", readyz)):
+    for path, handler in PROBES:
         front.add(app, "GET", path, handler)
     add_routes(app, front)
     front.catch_all(app)

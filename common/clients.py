@@ -11,7 +11,6 @@ from redis.exceptions import RedisClusterException, RedisError
 
 from common.errors import ConfigError, InfrastructureError
 from common.settings import Settings
-from common.store.pipe import check_no_query
 from common.store.topology import CLUSTER_HINT, Store, connect, is_cluster_node
 
 
@@ -20,7 +19,6 @@ def redis_client(settings: Settings, **kwargs: Any) -> Store:
     cluster client reads the slot map from its node when built: an unreachable node is an
     InfrastructureError here, as it would be at the first call of a single-node client."""
     url = settings.redis_url.get_secret_value()
-    check_no_query(url)
     if url.startswith("rediss://"):
         kwargs = {**settings.redis_tls().redis_kwargs(), **kwargs}
     try:

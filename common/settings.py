@@ -12,6 +12,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import (
     AfterValidator,
@@ -476,12 +477,11 @@ class Settings(BaseModel):
     @field_validator("api_trusted_proxies")
     @classmethod
     def _networks(cls, value: str) -> str:
-        for part in (p.strip() for p in value.split(",")):
-            if part:
-                try:
-                    ipaddress.ip_network(part, strict=False)
-                except ValueError:
-                    raise ValueError(f"{part!r} is not an address or network") from None
+        for part in comma_list(value):
+            try:
+                ipaddress.ip_network(part, strict=False)
+            except ValueError:
+                raise ValueError(f"{part!r} is not an address or network") from None
         return value
 
     @model_validator(mode="after")
@@ -494,8 +494,14 @@ class Settings(BaseModel):
         return self
 
     @model_validator(mode="after")
-    def _redis_tls_with_rediss(self) -> Settings:
-        scheme = self.redis_url.get_secret_value().partition("://")[0]
+    def _redis_url_and_tls(self) -> Settings:
+        url = self.redis_url.get_secret_value()
+        if urlsplit(url).query:  # read by redis-py, not by the API's connection: refused by all
+            raise ValueError(
+                "RANKSTREAM_REDIS_URL: options after '?' are not read; set TLS files with "
+                "RANKSTREAM_REDIS_TLS_CA_FILE, _CERT_FILE and _KEY_FILE"
+            )
+        scheme = url.partition("://")[0]
         names = [env_name(f) for f in ("redis_tls_ca_file", "redis_tls_cert_file", "redis_tls_key_file")]
         files = [self.redis_tls_ca_file, self.redis_tls_cert_file, self.redis_tls_key_file]
         given = [name for name, file in zip(names, files, strict=True) if file is not None]
@@ -542,6 +548,12 @@ def _passthrough(environ: Mapping[str, str]) -> dict[str, str | SecretStr]:
         secret = any(marker in key for marker in _SECRET_MARKERS)
         out[key] = SecretStr(value) if secret else value
     return out
+
+
+def comma_list(text: str) -> list[str]:
+    """The items of a setting that lists several, separated by commas (blanks around them and
+    empty items left out)."""
+    return [part.strip() for part in text.split(",") if part.strip()]
 
 
 def env_name(field: str) -> str:

@@ -79,7 +79,6 @@ def connection_args(
         raise ConfigError(
             f"RANKSTREAM_REDIS_URL: the API needs a redis:// or rediss:// URL, not {parts.scheme}://"
         )
-    check_no_query(url)
     hello: list[list[bytes]] = []
     if parts.password is not None:
         user = unquote(parts.username or "default").encode()
@@ -91,16 +90,6 @@ def connection_args(
         hello.append([b"CLIENT", b"SETNAME", name.encode()])  # what CLIENT LIST shows operators
     context = tls.context() if parts.scheme == "rediss" else None
     return parts.hostname or "127.0.0.1", parts.port or 6379, hello, context
-
-
-def check_no_query(url: str) -> None:
-    """Options in the URL's query (`?ssl_ca_certs=...`) would be read by some clients and not
-    others: every process refuses them, and TLS files are settings (common/store/tls.py)."""
-    if urlsplit(url).query:
-        raise ConfigError(
-            "RANKSTREAM_REDIS_URL: options after '?' are not read; set TLS files with "
-            "RANKSTREAM_REDIS_TLS_CA_FILE, _CERT_FILE and _KEY_FILE"
-        )
 
 
 class Pipe(Protocol):

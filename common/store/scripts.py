@@ -48,7 +48,8 @@ class LuaScript:
 
     def __post_init__(self) -> None:
         self.sha = hashlib.sha1(self.source.encode()).hexdigest()  # noqa: S324 - Redis names scripts by SHA1
-        self.command = "EVALSHA_RO" if READ_ONLY in self.source.splitlines() else "EVALSHA"
+        read_only = any(line.startswith(READ_ONLY) for line in self.source.splitlines())
+        self.command = "EVALSHA_RO" if read_only else "EVALSHA"
 
     def run(self, client: Store, keys: Sequence[KeyT], args: Sequence[ArgT]) -> Any:
         return self.run_many(client, [Call(keys, args)])[0]
@@ -110,7 +111,7 @@ class LuaScript:
 
 
 INCLUDE = "--! include "
-READ_ONLY = "--! read-only (run with EVALSHA_RO: a user whose keys are read-only may run it)"
+READ_ONLY = "--! read-only"  # run with EVALSHA_RO: a user whose keys are read-only may run it
 Layouts = tuple[tuple[str, tuple[str, ...]], ...]
 
 
