@@ -343,6 +343,13 @@ def _refuse_overflow(value: object) -> object:
     raise _MetaOverflowError(type(value).__name__)
 
 
+def decode_value(value: bytes) -> object:
+    """A message value decoded as the worker decodes it (numbers beyond a double as infinity, so
+    only the element that holds one is refused); ValueError if it is not JSON. `rankstream dlq`
+    reads dead letters with it."""
+    return _decode(value)
+
+
 def _decode(value: bytes) -> object:
     """orjson, strict and fast; on its rare failures, a second look for numbers beyond the double
     range, the one thing orjson rejects per document that the contract rejects per element."""

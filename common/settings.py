@@ -190,6 +190,19 @@ class Settings(BaseModel):
         "`-1`: forever): the time you have to read a dead letter, fix its cause and produce it "
         "again.",
     )
+    # rankstream/dlq/ledger.py: what `rankstream dlq replay` sent, so nothing is sent twice
+    topic_dlq_replayed: str = Field(
+        default="update_rank.dlq.replayed",
+        description="Compacted Kafka topic where `rankstream dlq replay` records each dead letter it "
+        "produced again, in the same transaction as the event, so no dead letter is replayed twice "
+        "(see [dead letters](operations/dead-letters.md)).",
+    )
+    topic_dlq_replayed_partitions: Partitions = Field(
+        default=1,
+        description="Partitions of the replay ledger (`RANKSTREAM_TOPIC_DLQ_REPLAYED`). Compacted, so "
+        "it has no time retention: a dead letter stays recorded as replayed for as long as the "
+        "dead-letter topic can hold it.",
+    )
     topic_cache_partitions: Partitions = Field(
         default=CACHE_PARTITIONS,
         description="Partitions of `update_cache` (`RANKSTREAM_TOPIC_CACHE`): an API node replays "

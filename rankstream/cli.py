@@ -162,6 +162,16 @@ def _member(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def _dlq(args: argparse.Namespace, settings: Settings) -> int:
+    from rankstream.dlq.command import run
+
+    return run(
+        settings, args.action, reason=getattr(args, "reason", None), limit=getattr(args, "limit", None),
+        as_json=getattr(args, "json", False), fix_with=getattr(args, "fix_with", None),
+        dry_run=getattr(args, "dry_run", False), force=getattr(args, "force", False),
+    )  # fmt: skip
+
+
 def _capacity(args: argparse.Namespace, settings: Settings) -> int:
     from rankstream.capacity import Figures, load_figures, load_target, plan, render
 
@@ -261,6 +271,7 @@ def build_parser() -> argparse.ArgumentParser:
     _demo_parser(sub)
 
     _capacity_parser(sub)
+    _dlq_parser(sub)
     return parser
 
 
@@ -294,6 +305,33 @@ def _capacity_parser(sub: Any) -> None:
         help="a `make bench` report to take figures from (bench/results/scale.json, worker.json); repeatable",
     )  # fmt: skip
     capacity.set_defaults(func=_capacity)
+
+
+def _dlq_parser(sub: Any) -> None:
+    dlq = sub.add_parser(
+        "dlq", help="the dead letters: stats, show, replay fixed ones once (docs/operations/dead-letters.md)"
+    )
+    actions = dlq.add_subparsers(dest="action", required=True)
+    stats = actions.add_parser("stats", help="counts by reason and by hour (UTC)")
+    show = actions.add_parser("show", help="each dead letter: place, original bytes, event, headers")
+    replay = actions.add_parser(
+        "replay", help="produce dead letters to update_rank again with their ids, each once (a ledger)"
+    )
+    for p in (stats, show):
+        p.add_argument("--json", action="store_true", help="JSON (show: one line per dead letter)")
+    for p in (show, replay):
+        p.add_argument("--reason", default=None, help="only the dead letters of this reason")
+        p.add_argument("--limit", default=None, metavar="N", help="at most N (replay: N sent)")
+    replay.add_argument(
+        "--fix-with", default=None, metavar="FILE.py",
+        help="a Python file defining fix(event: dict) -> dict | None, applied before sending (None: skip)",
+    )  # fmt: skip
+    replay.add_argument("--dry-run", action="store_true", help="print what would be sent; send nothing")
+    replay.add_argument(
+        "--force", action="store_true",
+        help="send even what the ledger says was replayed (counted again once the id window has passed)",
+    )  # fmt: skip
+    dlq.set_defaults(func=_dlq)
 
 
 _ACL_HINT = " (what each command needs: docs/operations/requirements.md#kafka-acls)"

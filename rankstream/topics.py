@@ -53,7 +53,7 @@ _ISR = "min.insync.replicas"
 
 
 def topic_specs(settings: Settings) -> list[TopicSpec]:
-    """The four topics: partitions, replication and the configs `rankstream topics` sets."""
+    """The five topics: partitions, replication and the configs `rankstream topics` sets."""
     isr = {_ISR: str(settings.topic_min_insync_replicas)}
     isr_env = {_ISR: env_name("topic_min_insync_replicas")}
 
@@ -99,6 +99,10 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
             {"cleanup.policy": "compact,delete", "max.message.bytes": str(MAX_RESULT_BYTES)},
             "topic_results_retention_ms",
         ),
+        # The dead-letter replay ledger (rankstream/dlq/ledger.py): a record per replayed dead
+        # letter, keyed by its place. Compacted, no time retention: a record must stay known as
+        # replayed for as long as the dead-letter topic may still hold it.
+        spec(settings.topic_dlq_replayed, "topic_dlq_replayed_partitions", {"cleanup.policy": "compact"}),
     ]
 
 

@@ -152,6 +152,7 @@ def own_settings(servers: Servers, cluster_url: str | None = None) -> dict[str, 
         "topic_dlq": f"t{tag}.update_rank.dlq",
         "topic_cache": f"t{tag}.update_cache",
         "topic_results": f"t{tag}.rank_period_closed",
+        "topic_dlq_replayed": f"t{tag}.update_rank.dlq.replayed",
         "worker_group": f"g{tag}",
         "key_prefix": f"t{tag}:",
         "worker_http_port": 0,
@@ -181,7 +182,8 @@ def own_topics(settings: Settings) -> Iterator[Settings]:
     ensure_topics(settings)
     yield settings
     admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
-    names = [settings.topic_updates, settings.topic_dlq, settings.topic_cache, settings.topic_results]
+    names = [settings.topic_updates, settings.topic_dlq, settings.topic_cache, settings.topic_results,
+             settings.topic_dlq_replayed]  # fmt: skip
     for future in admin.delete_topics(names, operation_timeout=30).values():
         future.result(timeout=30)
 

@@ -311,6 +311,7 @@ def worker_env(settings: Settings, http_port: int = 0, worker_id: str = "") -> d
             "RANKSTREAM_TOPIC_DLQ": settings.topic_dlq,
             "RANKSTREAM_TOPIC_CACHE": settings.topic_cache,
             "RANKSTREAM_TOPIC_RESULTS": settings.topic_results,
+            "RANKSTREAM_TOPIC_DLQ_REPLAYED": settings.topic_dlq_replayed,
             "RANKSTREAM_WORKER_GROUP": settings.worker_group,
             "RANKSTREAM_KEY_PREFIX": settings.key_prefix,
             "RANKSTREAM_WORKER_HTTP_PORT": str(http_port or free_port()),

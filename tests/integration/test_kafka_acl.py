@@ -2,11 +2,13 @@
 authorizer on and nothing allowed but those ACLs (set from the page's own commands), each
 process logs in as its documented principal and does its whole job: `rankstream topics`, an
 idempotent producer, the worker (with its dead letters and hot board), the API's replay,
-`rankstream erase` with its wait for the outcome, `recover` and `accept-redis`. And a principal
-without its ACLs is refused, so the broker does enforce them."""
+`rankstream erase` with its wait for the outcome, `dlq replay` (its ledger and transactions),
+`recover` and `accept-redis`. And a principal without its ACLs is refused, so the broker does
+enforce them."""
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 import re
@@ -39,6 +41,7 @@ from common.settings import Settings, load_settings
 from common.store.keys import BoardKeys
 from common.store.topology import connect
 from rankstream.admin import erase
+from rankstream.dlq.replay import Options, replay
 from rankstream.periods import republish
 from rankstream.recover import accept_redis, recover
 from rankstream.stack import LocalKafka, SaslListener, TlsFiles, free_port
@@ -196,7 +199,7 @@ def hour_results(settings: Settings) -> list[dict[str, Any]]:
 
 
 def test_each_process_does_its_job_with_the_documented_acls_alone(
-    secured: Secured, servers: Servers, caplog: pytest.LogCaptureFixture
+    secured: Secured, servers: Servers, caplog: pytest.LogCaptureFixture, tmp_path: Path
 ) -> None:
     broker = secured.broker
     base = own_settings(servers)
@@ -206,6 +209,7 @@ def test_each_process_does_its_job_with_the_documented_acls_alone(
         "update_rank.dlq": as_admin.topic_dlq,
         "update_cache": as_admin.topic_cache,
         "rank_period_closed": as_admin.topic_results,
+        "update_rank.dlq.replayed": as_admin.topic_dlq_replayed,
         "rankstream-worker": as_admin.worker_group,
         "rankstream-worker-": f"{as_admin.worker_group}-",
     }
@@ -234,6 +238,8 @@ def test_each_process_does_its_job_with_the_documented_acls_alone(
     coins = {"id": "c1", "board": "coins:global", "member": "u1", "score": 5}  # declares hour results
     producer.produce(as_admin.topic_updates, orjson.dumps(coins), key=b"coins:global")
     producer.produce(as_admin.topic_updates, b"{not json", key=b"gift:room42")
+    typo = {"id": "t1", "board": "gift:room42", "member": "u9", "scor": 4}  # dead-lettered, replayed fixed
+    producer.produce(as_admin.topic_updates, orjson.dumps(typo), key=b"gift:room42")
     assert producer.flush(30) == 0
 
     as_worker = _as(base, secured, "rankstream-worker")
@@ -261,8 +267,14 @@ def test_each_process_does_its_job_with_the_documented_acls_alone(
     producer = kafka_producer(as_admin, {"enable.idempotence": True, "acks": "all"})
     backfilled = cache_publisher(as_admin, boards, producer, client).published
     assert backfilled >= 3 + 1  # a chunk of each of its 3 hot windows (u1 erased), and a marker
-    dead = read_all(_reader(broker, as_admin.topic_dlq), 1)
-    assert [m.value() for m in dead] == [b"{not json"]
+    dead = read_all(_reader(broker, as_admin.topic_dlq), 2)
+    assert [m.value() for m in dead] == [b"{not json", orjson.dumps(typo)]
+    # `rankstream dlq replay`: the ledger read, the event and its ledger record in a transaction
+    fix = tmp_path / "fix.py"
+    fix.write_text("def fix(event):\n    event['score'] = event.pop('scor')\n    return event\n")
+    out = io.StringIO()
+    assert replay(as_admin, Options(reason="unknown_field", fix_path=fix), out=out) == 0
+    assert out.getvalue().splitlines()[-1] == "replayed 1, already replayed 0, skipped 0, refused 0"
 
     assert recover(as_admin)
     assert accept_redis(as_admin)
@@ -301,6 +313,8 @@ def _reader(broker: LocalKafka, topic: str) -> Consumer:
         ("stranger", ["reset", "gift:room42", "--no-wait"]),
         ("stranger", ["recover"]),
         ("stranger", ["accept-redis"]),
+        ("stranger", ["dlq", "stats"]),
+        ("stranger", ["dlq", "replay"]),
         # may see the topic but not write it: its idempotent producer is refused a producer id, a
         # fatal error that confluent-kafka raises from inside the next callback
         ("describer", ["erase", "gift:room42", "u1", "--no-wait"]),

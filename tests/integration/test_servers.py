@@ -36,7 +36,8 @@ def test_redis_round_trip(settings, rclient):
 
 def test_topics_are_created_as_the_contract_says(settings):
     created = ensure_topics(settings)
-    names = [settings.topic_updates, settings.topic_dlq, settings.topic_cache, settings.topic_results]
+    names = [settings.topic_updates, settings.topic_dlq, settings.topic_cache, settings.topic_results,
+             settings.topic_dlq_replayed]  # fmt: skip
     assert sorted(created) == sorted(names)
     assert ensure_topics(settings) == []  # idempotent
     admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})

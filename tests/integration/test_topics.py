@@ -47,7 +47,9 @@ DAY_MS = 86_400_000
 
 
 def _names(settings: Settings) -> list[str]:
-    return [settings.topic_updates, settings.topic_dlq, settings.topic_cache, settings.topic_results]
+    """The topics, in the order `rankstream topics` checks them."""
+    return [settings.topic_updates, settings.topic_dlq, settings.topic_cache, settings.topic_results,
+            settings.topic_dlq_replayed]  # fmt: skip
 
 
 @pytest.fixture
@@ -71,6 +73,7 @@ def topics_command(settings: Settings, **env: str) -> tuple[int, str, str]:
         RANKSTREAM_TOPIC_DLQ=settings.topic_dlq,
         RANKSTREAM_TOPIC_CACHE=settings.topic_cache,
         RANKSTREAM_TOPIC_RESULTS=settings.topic_results,
+        RANKSTREAM_TOPIC_DLQ_REPLAYED=settings.topic_dlq_replayed,
         **env,
     )
     proc = subprocess.run(
@@ -118,6 +121,7 @@ def test_topics_are_created_with_the_configured_partitions_retention_and_min_isr
         "RANKSTREAM_TOPIC_CACHE_PARTITIONS": "5",
         "RANKSTREAM_TOPIC_RESULTS_PARTITIONS": "2",
         "RANKSTREAM_TOPIC_RESULTS_RETENTION_MS": "-1",
+        "RANKSTREAM_TOPIC_DLQ_REPLAYED_PARTITIONS": "3",
     }
     status, out, err = topics_command(settings, **env)
     assert status == 0, err
@@ -127,6 +131,7 @@ def test_topics_are_created_with_the_configured_partitions_retention_and_min_isr
         settings.topic_dlq: (2, str(3 * DAY_MS)),
         settings.topic_cache: (5, None),
         settings.topic_results: (2, "-1"),
+        settings.topic_dlq_replayed: (3, None),
     }
     for topic, (count, retention) in expected.items():
         assert partitions(admin, topic) == count, topic
@@ -165,9 +170,8 @@ def test_existing_topics_that_differ_fail_one_line_each_and_nothing_changes(make
     settings = make_settings(topic_updates_partitions=3, topic_updates_retention_ms=DAY_MS)
     ensure_topics(settings)
     delete_topic(admin, settings.topic_results)
-    before = {
-        t: (partitions(admin, t), configs(admin, t)["retention.ms"].value) for t in _names(settings)[:3]
-    }
+    existing = [t for t in _names(settings) if t != settings.topic_results]
+    before = {t: (partitions(admin, t), configs(admin, t)["retention.ms"].value) for t in existing}
 
     status, out, err = topics_command(settings, **SINGLE)  # the defaults: 6 partitions, 7 days
     assert status == 1, (out, err)
@@ -178,7 +182,7 @@ def test_existing_topics_that_differ_fail_one_line_each_and_nothing_changes(make
         "(RANKSTREAM_TOPIC_UPDATES_RETENTION_MS)",
     ]
     assert out == ""
-    assert shapes(admin, _names(settings)[:3]) == before
+    assert shapes(admin, existing) == before
     assert before[settings.topic_updates] == (3, str(DAY_MS))
     # and the missing topic was not created either: a run that fails changes nothing
     assert settings.topic_results not in admin.list_topics(timeout=10).topics
@@ -195,7 +199,7 @@ def test_existing_topics_that_differ_fail_one_line_each_and_nothing_changes(make
     assert status == 1, err
     assert err.splitlines() == [
         line
-        for topic in _names(settings)[:3]
+        for topic in existing
         for line in (
             f"rankstream: topic {topic}: replication factor 1, configured 2 (RANKSTREAM_TOPIC_REPLICATION)",
             f"rankstream: topic {topic}: min.insync.replicas 1, configured 2 "

@@ -61,8 +61,9 @@ def old_worker(
 ) -> subprocess.Popen[bytes]:
     """`rankstream worker` of an earlier release: its tree is cwd and PYTHONPATH, so its modules
     shadow the editable install of this one."""
-    # the release before offset fences refuses settings it does not know: the results topic
-    unknown = ("PYTHON", "RANKSTREAM_TOPIC_RESULTS")
+    # the release before offset fences refuses settings it does not know: the results topic and
+    # the dead-letter replay ledger
+    unknown = ("PYTHON", "RANKSTREAM_TOPIC_RESULTS", "RANKSTREAM_TOPIC_DLQ_REPLAYED")
     env = {k: v for k, v in worker_env(settings, worker_id=worker_id).items() if not k.startswith(unknown)}
     env["PYTHONPATH"] = str(release)
     argv = [sys.executable, "-m", "rankstream.cli", "worker"]

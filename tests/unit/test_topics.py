@@ -30,18 +30,20 @@ def test_the_specs_follow_the_settings():
             "RANKSTREAM_TOPIC_DLQ_PARTITIONS": "2",
             "RANKSTREAM_TOPIC_CACHE_PARTITIONS": "12",
             "RANKSTREAM_TOPIC_RESULTS_RETENTION_MS": "7200000",
+            "RANKSTREAM_TOPIC_DLQ_REPLAYED_PARTITIONS": "4",
         }
     )
-    updates, dlq, cache, results = topic_specs(settings)
-    assert [s.name for s in (updates, dlq, cache, results)] == [
+    updates, dlq, cache, results, replayed = specs = topic_specs(settings)
+    assert [s.name for s in specs] == [
         "update_rank",
         "update_rank.dlq",
         "update_cache",
         "rank_period_closed",
+        "update_rank.dlq.replayed",
     ]
-    assert [s.partitions for s in (updates, dlq, cache, results)] == [24, 2, 12, 3]
-    assert {s.replication for s in (updates, dlq, cache, results)} == {5}
-    assert all(s.config["min.insync.replicas"] == "3" for s in (updates, dlq, cache, results))
+    assert [s.partitions for s in specs] == [24, 2, 12, 3, 4]
+    assert {s.replication for s in specs} == {5}
+    assert all(s.config["min.insync.replicas"] == "3" for s in specs)
     assert updates.config == {"max.message.bytes": str(2 * 1024 * 1024), "retention.ms": "-1",
                               "min.insync.replicas": "3"}  # fmt: skip
     assert dlq.config["retention.ms"] == str(30 * 86_400_000)
@@ -50,12 +52,15 @@ def test_the_specs_follow_the_settings():
     assert cache.config["cleanup.policy"] == "compact"
     assert results.config["retention.ms"] == "7200000"
     assert results.config["cleanup.policy"] == "compact,delete"
+    # the replay ledger: compacted, no time retention (a replayed dead letter stays known)
+    assert replayed.config == {"cleanup.policy": "compact", "min.insync.replicas": "3"}
+    assert replayed.settings["partitions"] == "RANKSTREAM_TOPIC_DLQ_REPLAYED_PARTITIONS"
     assert updates.settings["partitions"] == "RANKSTREAM_TOPIC_UPDATES_PARTITIONS"
     assert cache.settings["replication factor"] == "RANKSTREAM_TOPIC_REPLICATION"
 
 
 def test_the_partition_constants_are_the_defaults():
-    updates, _, cache, results = topic_specs(load_settings({}))
+    updates, _, cache, results, _ = topic_specs(load_settings({}))
     assert (updates.partitions, cache.partitions, results.partitions) == (
         UPDATE_PARTITIONS,
         CACHE_PARTITIONS,
