@@ -80,11 +80,17 @@ class Access:
         rules = AccessRules.of(settings)
         return cls(rules) if rules.any else None
 
-    def admit(self, request: web.Request) -> None:
+    def admit(self, request: web.Request, *, in_query: bool = False) -> None:
         """A board read may go on, or ApiError: 401 without a valid token where tokens are
-        required (or with one that is no token at all), 429 past the client's rate."""
+        required (or with one that is no token at all), 429 past the client's rate. The token:
+        `Authorization: Bearer`, else the page's cookie (TOKEN_COOKIE), else, where `in_query`
+        (the pages and the event stream, which a browser opens without headers), `?token=`."""
         rules = self.rules
         token = _bearer(request)
+        if token is None:
+            token = request.cookies.get(TOKEN_COOKIE)
+        if token is None and in_query:
+            token = request.query.get(TOKEN_PARAM)
         admin = token is not None and _known(token, rules.admin_tokens)
         valid = admin or (token is not None and _known(token, rules.read_tokens))
         if token is not None and not valid:
@@ -158,8 +164,14 @@ class Access:
     def _allowed(self, origin: str) -> bool:
         return "*" in self.rules.origins or origin in self.rules.origins
 
+    def needs_token(self) -> bool:
+        return bool(self.rules.read_tokens)
+
 
 ADMIN: web.RequestKey[bool] = web.RequestKey("rankstream_admin", bool)
+# a browser's page holds the read token in this cookie (HttpOnly: its scripts never see it), set
+# when the page is opened with ?token= (api/pages.py); an EventSource sends no other header
+TOKEN_COOKIE, TOKEN_PARAM = "rankstream_token", "token"
 _CHALLENGE = {"WWW-Authenticate": 'Bearer realm="rankstream"'}
 
 

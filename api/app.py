@@ -20,6 +20,8 @@ from api.access import Access
 from api.front import Front, InFlight
 from api.hotboards import HotBoards
 from api.httpcache import cache_control
+from api.live import LIVE, LiveBoards
+from api.pages import add_pages
 from api.routes import add_routes, json
 from api.state import APP_STATE, ApiState
 from api.warm import ChangeFeed, WarmCache
@@ -115,6 +117,21 @@ async def follow_changes(app: web.Application, feed: ChangeFeed) -> AsyncIterato
     await asyncio.wait({task}, timeout=app[APP_STATE].deadline.timeout(1.0, REDIS_CLOSE_S + EXIT_RESERVE_S))
 
 
+async def follow_live(app: web.Application) -> AsyncIterator[None]:
+    """The live streams end as the shutdown starts, so that the drain does not wait for them
+    (clients reconnect to another node)."""
+    live, loop = app[LIVE], asyncio.get_running_loop()
+
+    def on_start() -> None:
+        loop.call_soon_threadsafe(live.close)
+
+    app[APP_STATE].deadline.when_started(on_start)
+    ticker = asyncio.create_task(live.keep_alive())
+    yield
+    live.close()
+    ticker.cancel()
+
+
 async def metrics(request: web.Request) -> web.Response:
     body = generate_latest(request.app[APP_STATE].metrics.registry)
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
@@ -177,12 +194,19 @@ def create_app(settings: Settings, boards: BoardsConfig, clock: Clock = system_m
     for path, handler in PROBES:
         front.add(app, "GET", path, handler)
     add_routes(app, front)
+    add_pages(app, front)
     front.catch_all(app)
+    live = app[LIVE] = LiveBoards(settings.api_stream_max, settings.api_stream_keepalive_s, clock)
+    state.hot.on_change.append(live.changed)
+    state.metrics.watch_live(live)
+    app.cleanup_ctx.append(follow_live)
     app[ADMIN_APP] = admin_app(state)
     app.cleanup_ctx.append(follow_hot_boards)
     state.metrics.watch_hot(state.hot)
     state.hot.on_promoted.append(state.warm.drop)  # what the warm cache kept of it: memory answers now
-    if state.warm.enabled:
+    if (
+        state.warm.enabled or live.max_streams
+    ):  # the change notices: what the warm cache drops, what streams push
         feed = ChangeFeed(
             settings.key_prefix,
             state.warm,
@@ -191,6 +215,7 @@ def create_app(settings: Settings, boards: BoardsConfig, clock: Clock = system_m
             CHANGES_NAME,
             shards_of=boards.shards_of,
         )
+        feed.on_change.append(live.changed)
         app.cleanup_ctx.append(functools.partial(follow_changes, feed=feed))
         state.metrics.watch_warm(state.warm, feed)
 

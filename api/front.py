@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
 
 from aiohttp import web
@@ -54,12 +55,13 @@ class Front:
     def __init__(self, metrics: ApiMetrics, tracker: InFlight, access: Access | None = None) -> None:
         self._metrics, self._tracker, self._access = metrics, tracker, access
 
-    def wrap(self, route: str, handler: Handler, *, guarded: bool = False) -> Handler:
+    def wrap(self, route: str, handler: Handler, *, guarded: bool = False, page: bool = False) -> Handler:
         """`handler` behind the front, its requests timed as `route`; `guarded`: a board read,
-        admitted by the access rules first."""
+        admitted by the access rules first; `page`: one a browser opens (a page, an event
+        stream), whose token may come in the query."""
         metrics, tracker = self._metrics, self._tracker
         access = self._access
-        admit = access.admit if guarded and access is not None else None
+        admit = functools.partial(access.admit, in_query=page) if guarded and access is not None else None
 
         async def front(request: web.Request) -> web.StreamResponse:
             tracker.begin()
@@ -73,7 +75,9 @@ class Front:
                     response = error_answer(request, exc, metrics.redis_errors)
                 if access is not None:
                     access.cors(request, response)
-                metrics.observe(route, response.status, time.perf_counter() - started)
+                # an event stream's life is not a latency: counted, timed as 0
+                streamed = not isinstance(response, web.Response)
+                metrics.observe(route, response.status, 0.0 if streamed else time.perf_counter() - started)
                 return response
             finally:
                 tracker.end()
@@ -81,10 +85,17 @@ class Front:
         return front
 
     def add(
-        self, app: web.Application, method: str, path: str, handler: Handler, guarded: bool = False
+        self,
+        app: web.Application,
+        method: str,
+        path: str,
+        handler: Handler,
+        *,
+        guarded: bool = False,
+        page: bool = False,
     ) -> None:
         resource = app.router.add_resource(path)
-        wrapped = self.wrap(resource.canonical, handler, guarded=guarded)
+        wrapped = self.wrap(resource.canonical, handler, guarded=guarded, page=page)
         resource.add_route(method, wrapped)
         if method == "GET":
             resource.add_route("HEAD", wrapped)  # as aiohttp's add_get does

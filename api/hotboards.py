@@ -307,6 +307,7 @@ class HotBoards:
         self.promotions = 0
         self.demotions: Counter[str] = Counter()
         self.on_promoted: list[Callable[[str], None]] = []  # as a board starts being served from memory
+        self.on_change: list[Callable[[str], None]] = []  # a board in memory changed (api/live.py)
         self._requests: queue.SimpleQueue[tuple[str, str]] = queue.SimpleQueue()
         self._seen_seqs: dict[str, deque[tuple[float, int]]] = {}  # (when, Redis' seq) per promoted board
         self._loading: dict[str, promoted.Loading] = {}
@@ -662,13 +663,18 @@ class HotBoards:
         _log.info("hot boards ready", extra={"seconds": round(self.ready_after_s, 3), "members": members})
 
     def _apply_live(self, records: list[Record]) -> None:
+        touched: set[str] = set()
         for record in records:
             hot = self.boards.get(board_of(record.board))
             if hot is not None:
                 new_instance = record.instance and record.instance not in hot.instances
                 hot.apply(record)
+                touched.add(hot.board)
                 if new_instance:
                     self._drop_expired(hot)  # a new period began: old ones past retention go
+        for board in touched:
+            for listener in self.on_change:
+                listener(board)
         if self._clock() >= self._next_sweep:  # and, a minute apart, on boards where none begins
             self._next_sweep = self._clock() + SWEEP_MS
             for hot in self.boards.values():

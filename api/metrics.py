@@ -5,6 +5,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Iterable
 from itertools import accumulate
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
@@ -13,6 +14,9 @@ from prometheus_client.utils import floatToGoString
 
 from api.hotboards import HotBoards
 from api.warm import ChangeFeed, WarmCache
+
+if TYPE_CHECKING:  # api/live.py reads the state, which holds these metrics
+    from api.live import LiveBoards
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
 
@@ -51,6 +55,10 @@ class ApiMetrics:
     def watch_hot(self, hot: HotBoards) -> None:
         """Boards in memory, and those made hot by themselves, read when /metrics is scraped."""
         self.registry.register(_HotCollector(hot))
+
+    def watch_live(self, live: LiveBoards) -> None:
+        """The live streams held and the pages pushed, read when /metrics is scraped."""
+        self.registry.register(_LiveCollector(live))
 
     def watch_warm(self, cache: WarmCache, feed: ChangeFeed) -> None:
         """The warm cache's counters, read when /metrics is scraped (nothing per request)."""
@@ -170,4 +178,16 @@ class _WarmCollector(Collector):
             "rankstream_api_warm_missed_changes",
             "Boards dropped by the seq check (a change notice lost) or seen with a gap in their notices",
             value=cache.checks_dropped + cache.gaps,
+        )
+
+
+class _LiveCollector(Collector):
+    def __init__(self, live: LiveBoards) -> None:
+        self._live = live
+
+    def collect(self) -> Iterable[Metric]:
+        live = self._live
+        yield GaugeMetricFamily("rankstream_api_streams", "Live event streams open", value=live.streams)
+        yield CounterMetricFamily(
+            "rankstream_api_stream_pages", "Pages pushed to live event streams", value=live.pushes
         )

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from typing import Protocol
 from zoneinfo import ZoneInfo
 
 from aiohttp import web
@@ -21,6 +23,20 @@ _TIES = {t.value: t for t in Ties}
 FOREVER_MS = 2**62
 MAX_AROUND = 100
 _CONTROL = {*range(0x20), *range(0x7F, 0xA0)}
+
+
+class Asked(Protocol):
+    """What parameters are read from: a request, or a live stream's saved query (api/live.py),
+    which re-reads them as the clock moves on."""
+
+    @property
+    def query(self) -> Mapping[str, str]: ...
+
+    @property
+    def match_info(self) -> Mapping[str, str]: ...
+
+    @property
+    def app(self) -> web.Application: ...
 
 
 @dataclass(slots=True)  # not frozen: a frozen dataclass of 12 fields costs ~1.5 us to build
@@ -45,7 +61,7 @@ class Target:
         return {"board": self.board, "window": self.window, "period": self.period}
 
 
-def int_param(request: web.Request, name: str, default: int, low: int, high: int) -> int:
+def int_param(request: Asked, name: str, default: int, low: int, high: int) -> int:
     raw = request.query.get(name)
     if raw is None:
         return default
@@ -58,7 +74,7 @@ def int_param(request: web.Request, name: str, default: int, low: int, high: int
     return value
 
 
-def score_param(request: web.Request, name: str, default: float | None = None) -> float:
+def score_param(request: Asked, name: str, default: float | None = None) -> float:
     raw = request.query.get(name)
     if raw is None:
         if default is None:
@@ -83,7 +99,7 @@ def member_id(raw: str) -> str:
     return raw
 
 
-def _board(request: web.Request) -> tuple[str, BoardType]:
+def board_of(request: Asked) -> tuple[str, BoardType]:
     board = request.match_info["board"]
     parts = split_board(board)
     if parts is None:
@@ -94,9 +110,9 @@ def _board(request: web.Request) -> tuple[str, BoardType]:
     return board, board_type
 
 
-def target(request: web.Request) -> Target:
+def target(request: Asked) -> Target:
     """Board, window instance (`window`, `period` or `at`), `order`, `ties` and `trend` of a request."""
-    board, board_type = _board(request)
+    board, board_type = board_of(request)
     name = request.query.get("window", "total")
     try:
         window = board_type.window(name)
@@ -155,7 +171,7 @@ def target(request: web.Request) -> Target:
     return replace(found, trend=True, previous=previous, until_ms=min(found.until_ms, before_expires))
 
 
-def _period(request: web.Request, window: Window, tz: ZoneInfo, now: int, latest: int) -> Period:
+def _period(request: Asked, window: Window, tz: ZoneInfo, now: int, latest: int) -> Period:
     """The period `period=` names or `at=` (default: now) falls in."""
     if "period" in request.query:
         try:

@@ -16,7 +16,7 @@ from api.front import Front
 from api.hotboards import HotBoard
 from api.httpcache import NO_STORE, canonical, etag, headers, matches, respond
 from api.memory_reader import MemoryBoardReader
-from api.params import MAX_AROUND, MAX_LIMIT, Target, int_param, member_id, score_param, target
+from api.params import MAX_AROUND, MAX_LIMIT, Asked, Target, int_param, member_id, score_param, target
 from api.reader import BoardReader
 from api.redis_reader import RedisBoardReader, ShardedBoardReader
 from api.state import APP_STATE
@@ -40,7 +40,7 @@ def json(body: dict[str, Any], status: int = 200) -> web.Response:
     return web.Response(status=status, body=orjson.dumps(body), content_type="application/json")
 
 
-def reader_for(request: web.Request, where: Target) -> BoardReader:
+def reader_for(request: Asked, where: Target) -> BoardReader:
     """Hot board windows answer from memory (and never touch Redis); the rest from Redis."""
     state = request.app[APP_STATE]
     hot = state.hot.hot_window(where.board, where.window)
@@ -218,7 +218,7 @@ async def top(request: web.Request) -> web.Response:
         body = queries.top_answer(where, page, ranks, reader.source)
         if me is not None:
             body["me"] = await queries.me_item(reader, where, me)
-        return await _trend(request, where, body) if where.trend else body
+        return await trend(request, where, body) if where.trend else body
 
     # ties=shared: the first item's rank is a second Redis read (api/queries.py ranked_page)
     return await answer(
@@ -226,7 +226,7 @@ async def top(request: web.Request) -> web.Response:
     )
 
 
-async def _trend(request: web.Request, where: Target, body: dict[str, Any]) -> dict[str, Any]:
+async def trend(request: Asked, where: Target, body: dict[str, Any]) -> dict[str, Any]:
     """trend=1: prev_rank from the previous period, read where that period lives (memory or Redis)."""
     if not where.trend:
         return body
@@ -241,7 +241,7 @@ async def member(request: web.Request) -> web.Response:
     reader = reader_for(request, where)
 
     async def build() -> dict[str, Any]:
-        return await _trend(request, where, await queries.member_answer(reader, where, name))
+        return await trend(request, where, await queries.member_answer(reader, where, name))
 
     return await answer(request, where, reader, build, _TARGET)
 
@@ -254,7 +254,7 @@ async def around(request: web.Request) -> web.Response:
     reader = reader_for(request, where)
 
     async def build() -> dict[str, Any]:
-        return await _trend(request, where, await queries.around_answer(reader, where, name, n))
+        return await trend(request, where, await queries.around_answer(reader, where, name, n))
 
     return await answer(request, where, reader, build, AROUND_PARAMS)
 
@@ -275,7 +275,7 @@ async def lookup(request: web.Request) -> web.Response:
         access.require_admin(request, f"a lookup of more than {access.rules.lookup_max} members")
     names = [member_id(m) for m in members]
     return json(
-        await _trend(request, where, await queries.lookup_answer(reader_for(request, where), where, names))
+        await trend(request, where, await queries.lookup_answer(reader_for(request, where), where, names))
     )
 
 

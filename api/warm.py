@@ -263,6 +263,7 @@ class ChangeFeed:
         self._channel = BoardKeys(key_prefix, "").changes
         self._check_s, self._reads = check_s, reads
         self.subscriptions = 0
+        self.on_change: list[Callable[[str], None]] = []  # a board's notice (api/live.py)
 
     async def run(self, stopping: asyncio.Event) -> None:
         wait = RECONNECT_S[0]
@@ -334,9 +335,12 @@ class ChangeFeed:
         elif kind == b"message":
             before, after, name = reply[2].decode().split(" ", 2)
             if is_shard(name):  # a shard's seqs: the board's is their sum (no gap to tell)
-                self._cache.changed(board_of(name), 0, 0)
+                name = board_of(name)
+                self._cache.changed(name, 0, 0)
             else:
                 self._cache.changed(name, int(before), int(after))
+            for listener in self.on_change:
+                listener(name)
         # anything else (a pong) changes nothing
 
     async def _check(self, stopping: asyncio.Event) -> None:

@@ -379,6 +379,19 @@ class Settings(BaseModel):
         ge=1,
         description="How many reads a client may make at once above its rate (the bucket's size).",
     )
+    api_stream_max: int = Field(
+        default=10_000,
+        ge=0,
+        description="The most live event streams (`GET /v1/boards/{board}/events`) one API node holds "
+        "at once; beyond, a new one is answered 503 `too_many_streams` (0: streams are off).",
+    )
+    api_stream_keepalive_s: float = Field(
+        default=15.0,
+        gt=0,
+        le=300,
+        description="Seconds between the keep-alive comments an idle event stream is sent, so that "
+        "proxies keep it open and a client that left is noticed.",
+    )
     api_trusted_proxies: str = Field(
         default="",
         description="Addresses or networks (CIDR), separated by commas, of the proxies in front of the "

@@ -148,7 +148,16 @@ def _api_url(args: argparse.Namespace, settings: Settings) -> str:
 
 def _top(args: argparse.Namespace, settings: Settings) -> int:
     from rankstream.show import show_top
+    from rankstream.watch import watch_top
 
+    if args.watch:
+        if args.offset:
+            raise ConfigError("rankstream top: --watch shows the top of the board: it takes no --offset")
+        try:
+            return watch_top(_api_url(args, settings), args.board, window=args.window,
+                             period=args.period, limit=args.limit)  # fmt: skip
+        except KeyboardInterrupt:
+            return 0
     params = {"window": args.window, "period": args.period, "limit": args.limit, "offset": args.offset}
     print(show_top(_api_url(args, settings), args.board, **params))
     return 0
@@ -252,10 +261,23 @@ def build_parser() -> argparse.ArgumentParser:
     dev.add_argument("--rate", type=float, default=200.0, help="demo events per second")
     dev.set_defaults(func=_dev)
 
+    _show_parsers(sub)
+
+    _demo_parser(sub)
+
+    _capacity_parser(sub)
+    _dlq_parser(sub)
+    return parser
+
+
+def _show_parsers(sub: Any) -> None:
     top = sub.add_parser("top", help="print the top of a board from a running API")
     top.add_argument("board")
     top.add_argument("--limit", type=int, default=10)
     top.add_argument("--offset", type=int, default=0)
+    top.add_argument(
+        "--watch", action="store_true", help="redraw the table each time the board changes, until Ctrl-C"
+    )
     member = sub.add_parser("member", help="print one member's rank from a running API")
     member.add_argument("board")
     member.add_argument("member")
@@ -267,12 +289,6 @@ def build_parser() -> argparse.ArgumentParser:
         )
     top.set_defaults(func=_top)
     member.set_defaults(func=_member)
-
-    _demo_parser(sub)
-
-    _capacity_parser(sub)
-    _dlq_parser(sub)
-    return parser
 
 
 def _demo_parser(sub: Any) -> None:

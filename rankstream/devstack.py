@@ -179,7 +179,13 @@ def run_dev(stack: DevStack | ComposeStack, settings: Settings, events_per_s: fl
     try:
         if not _wait_http(url, timeout=60, want=b'"rank"'):
             raise StackError(f"the API did not serve a live top-10 within 60s; see {logs}")
-        print(f"\nrankstream is running. Live top-10:\n  {url}\nLogs: {logs}   Ctrl-C stops everything.\n")
+        base = f"http://127.0.0.1:{settings.api_port}"
+        print(
+            f"\nrankstream is running. Open the live board:\n  {base}/boards/{DEMO_HOT_BOARD}\n"
+            f"Its top-10 as JSON:\n  {url}\n"
+            f"In the terminal: .venv/bin/rankstream top {DEMO_HOT_BOARD} --watch\n"
+            f"Logs: {logs}   Ctrl-C stops everything.\n"
+        )
         sys.stdout.flush()
         while not stopping:
             for name, child in children.items():

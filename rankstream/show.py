@@ -53,7 +53,11 @@ def table(rows: list[list[str]], header: list[str]) -> str:
 
 
 def show_top(api: str, board: str, **params: Any) -> str:
-    body = fetch(api, f"/v1/boards/{board}/top", params)
+    return top_table(fetch(api, f"/v1/boards/{board}/top", params))
+
+
+def top_table(body: dict[str, Any]) -> str:
+    """A top answer as a table, its board and period above, its source and seq below."""
     rows = [[str(i["rank"]), i["member"], str(i["score"]), _name(i)] for i in body["items"]]
     head = f"{body['board']}  window {body['window']}  period {body['period']}  members {body['total']}"
     foot = f"source {body['source']}  seq {body['seq']}"

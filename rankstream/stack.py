@@ -31,6 +31,7 @@ from common.errors import StackError
 
 KAFKA_VERSION = "4.1.1"
 REDIS_INSTALL_HINT = "install it: apt-get install redis-server (Debian/Ubuntu) or brew install redis (macOS)"
+CHROMIUM_INSTALL_HINT = "install them: apt-get install chromium chromium-driver (Debian/Ubuntu)"
 NGINX_INSTALL_HINT = "install it: apt-get install nginx-light (Debian/Ubuntu) or brew install nginx (macOS)"
 _log = logging.getLogger(__name__)
 
@@ -163,6 +164,15 @@ def ensure_nginx() -> str:
     """Path of nginx, the HTTP cache the tests put in front of an API node (as a CDN would be);
     installs Debian's nginx-light when missing and we are root."""
     return _debian_binary("nginx", "nginx-light", NGINX_INSTALL_HINT)
+
+
+def ensure_chromium() -> tuple[str, str]:
+    """Paths of Chromium and its chromedriver, for the board page's browser test; installs
+    Debian's chromium and chromium-driver when missing and we are root."""
+    return (
+        _debian_binary("chromium", "chromium", CHROMIUM_INSTALL_HINT),
+        _debian_binary("chromedriver", "chromium-driver", CHROMIUM_INSTALL_HINT),
+    )
 
 
 def _debian_binary(name: str, package: str, hint: str) -> str:

@@ -38,12 +38,14 @@ def node_env(settings: Settings, **extra: str) -> dict[str, str]:
     )
 
 
-def start_api(group: Children, name: str, settings: Settings, **extra: str) -> tuple[Child, str]:
-    """An API node on a free port, warm cache on (the default); `extra`: more RANKSTREAM_*
-    settings; (the process, its base URL)."""
+def start_api(
+    group: Children, name: str, settings: Settings, *, admin_port: int = 0, **extra: str
+) -> tuple[Child, str]:
+    """An API node on a free port, warm cache on (the default), its admin port `admin_port` (0:
+    a free one); `extra`: more RANKSTREAM_* settings; (the process, its base URL)."""
     port = free_port()
     env = node_env(
-        settings, RANKSTREAM_API_PORT=str(port), RANKSTREAM_API_ADMIN_PORT=str(free_port()),
+        settings, RANKSTREAM_API_PORT=str(port), RANKSTREAM_API_ADMIN_PORT=str(admin_port or free_port()),
         RANKSTREAM_API_HOST=HOST, **extra,
     )  # fmt: skip
     child = group.spawn(name, [sys.executable, "-m", "rankstream.cli", "api"], env)

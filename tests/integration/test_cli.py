@@ -58,16 +58,19 @@ def test_dev_serves_a_live_top10_and_stops_without_leftovers(tmp_path):
     args = ["dev", "--dir", str(folder), "--kafka-port", str(kafka_port), "--redis-port", str(free_port())]
     proc = _rankstream(*args, "--rate", "300", env=env, merge_stderr=True)
     try:
-        url = None
+        urls: list[str] = []
         printed: list[str] = []
         deadline = time.monotonic() + 120
         assert proc.stdout is not None
-        while url is None and time.monotonic() < deadline:
+        while len(urls) < 2 and time.monotonic() < deadline:
             line = proc.stdout.readline()
             assert line, f"rankstream dev ended early ({proc.wait()}): {''.join(printed)[-2000:]}"
             printed.append(line)
             if line.strip().startswith("http://"):
-                url = line.strip()
+                urls.append(line.strip())
+        page, url = urls  # the live page first
+        assert page == f"http://127.0.0.1:{api_port}/boards/gift:room42"
+        assert http_status(page) == 200
         assert url == f"http://127.0.0.1:{api_port}/v1/boards/gift:room42/top?limit=10"
         first = _get(url)
         items = first["items"]

@@ -7,6 +7,7 @@ answers, failure output."""
 
 from __future__ import annotations
 
+import http.client
 import subprocess
 import sys
 import urllib.error
@@ -162,6 +163,16 @@ def test_no_password_shows_in_logs_probes_metrics_errors_or_failures(
             status, body = _get(url)
             assert status == expected, (url, status, body)
             seen.append(f"{url} {status} {body}")
+        # a browser opening the page with the token in its address: moved to an HttpOnly cookie
+        # at once (a redirect without it), and never in a log line (the logs are read below)
+        page = http.client.HTTPConnection("127.0.0.1", api_port, timeout=5)
+        page.request("GET", f"/boards/coins:global?token={READ_TOKEN}")
+        answer = page.getresponse()
+        assert answer.status == 303
+        assert answer.getheader("Location") == "/boards/coins:global"
+        assert "HttpOnly" in answer.getheader("Set-Cookie", "")
+        seen.append(f"{answer.getheader('Location')} {answer.read().decode()}")
+        page.close()
         wrong = f"{READ_TOKEN[:-4]}xxxx"  # almost a token: the answer must not say which
         status, body = _get(top, wrong)
         assert status == 401, body
