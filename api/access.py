@@ -87,10 +87,10 @@ class Access:
         (the pages and the event stream, which a browser opens without headers), `?token=`."""
         rules = self.rules
         token = _bearer(request)
+        if token is None and in_query:  # before the cookie: a new token replaces an old one
+            token = request.query.get(TOKEN_PARAM)
         if token is None:
             token = request.cookies.get(TOKEN_COOKIE)
-        if token is None and in_query:
-            token = request.query.get(TOKEN_PARAM)
         admin = token is not None and _known(token, rules.admin_tokens)
         valid = admin or (token is not None and _known(token, rules.read_tokens))
         if token is not None and not valid:
@@ -166,6 +166,17 @@ class Access:
 
     def needs_token(self) -> bool:
         return bool(self.rules.read_tokens)
+
+    def valid(self, token: str) -> bool:
+        return _known(token, self.rules.read_tokens) or _known(token, self.rules.admin_tokens)
+
+    def https(self, request: web.Request) -> bool:
+        """Whether the client reached us over HTTPS: the socket's TLS, or a trusted proxy's
+        `X-Forwarded-Proto: https` (TLS ended at a load balancer)."""
+        if request.secure:
+            return True
+        forwarded = request.headers.get("X-Forwarded-Proto", "").split(",")[0].strip().lower()
+        return forwarded == "https" and self._trusted(request.remote or "")
 
 
 ADMIN: web.RequestKey[bool] = web.RequestKey("rankstream_admin", bool)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -34,6 +35,7 @@ from api import queries
 from api.errors import ApiError
 from api.params import int_param, target
 from api.routes import reader_for, trend
+from api.state import APP_STATE
 from common.clock import Clock
 
 _log = logging.getLogger(__name__)
@@ -45,6 +47,8 @@ ERROR_RETRY_S = 1.0  # after a failed read (Redis away, a board warming up): rea
 # hold the first page this long for the node to catch up, then send what it has (an erased
 # board starts its seq again)
 AHEAD_WAIT_S = 2.0
+# a client that stops reading: its stream ends once a page has waited this long to be sent
+WRITE_TIMEOUT_S = 30.0
 MAX_STREAM_LIMIT = 100  # the longest page a stream pushes
 STREAM_PARAMS = ("at", "limit", "order", "period", "ties", "trend", "window")  # what a stream reads
 
@@ -61,12 +65,16 @@ class Saved:
 @dataclass(frozen=True, slots=True)
 class Page:
     seq: int
+    id: str  # the event's id: the board's seq, and the period for a window of periods
     body: bytes  # the top answer's JSON
     frame: bytes  # as sent: the event with its id
 
-
-def page_frame(seq: int, body: bytes) -> bytes:
-    return b"id: %d\nevent: top\ndata: %s\n\n" % (seq, body)
+    @classmethod
+    def of(cls, seq: int, period: str, body: bytes) -> Page:
+        """A window of periods changes page without a write as the clock moves to a new period:
+        its pages' ids name the period too (`1742@2026-11-29`), the same on every node."""
+        page_id = str(seq) if period == "all" else f"{seq}@{period}"
+        return cls(seq, page_id, body, b"id: %s\nevent: top\ndata: %s\n\n" % (page_id.encode(), body))
 
 
 def error_frame(status: int, code: str, message: str) -> bytes:
@@ -77,22 +85,37 @@ def error_frame(status: int, code: str, message: str) -> bytes:
 class Listener:
     """One stream: the latest page it has not sent yet."""
 
-    def __init__(self, since: int | None) -> None:
-        self.since = since  # the seq the client holds (Last-Event-ID)
+    def __init__(self, since: str | None) -> None:
+        self.since = since  # the id of the page the client holds (Last-Event-ID)
+        self.since_seq = -1 if since is None else int(since.split("@", 1)[0])
         self.started = time.monotonic()
         self.pending: bytes | None = None
         self.sent = False  # since the last keep-alive tick
+        self.held: Page | None = None  # older than the client's page: sent after AHEAD_WAIT_S
         self.wake = asyncio.Event()
 
     def offer(self, page: Page) -> None:
+        """`page` is the stream's next, unless it is the one the client said it holds (the first
+        page only: any later one is news), or older than it while this node catches up."""
         if self.since is not None:
-            if page.seq == self.since:
+            if page.id == self.since:
+                self.since = None
                 return  # the client has it
-            if page.seq < self.since and time.monotonic() - self.started < AHEAD_WAIT_S:
-                return  # this node is behind the client: the next page
+            waited = time.monotonic() - self.started
+            if page.seq < self.since_seq and waited < AHEAD_WAIT_S:
+                if self.held is None:  # sent anyway once the wait is over, if nothing newer came
+                    asyncio.get_running_loop().call_later(AHEAD_WAIT_S - waited, self._release)
+                self.held = page
+                return
             self.since = None
         self.pending = page.frame
         self.wake.set()
+
+    def _release(self) -> None:
+        if self.since is not None and self.held is not None:
+            self.since = None
+            self.pending = self.held.frame
+            self.wake.set()
 
     def warn(self, frame: bytes) -> None:
         self.pending = frame
@@ -137,7 +160,8 @@ class Channel:
             self.hub.forget(self)
 
     async def _read(self) -> float:
-        """Read the page; push it if it changed. How long until the next read at most."""
+        """Read the page; push it if it changed, or if the read before failed (the listeners
+        were told so: they get the page again). How long until the next read at most."""
         try:
             where = target(self.saved)
             limit = int_param(self.saved, "limit", 10, 1, MAX_STREAM_LIMIT)
@@ -146,6 +170,16 @@ class Channel:
             body = queries.top_answer(where, page, ranks, reader.source)
             if where.trend:
                 body = await trend(self.saved, where, body)
+            encoded = orjson.dumps(body)
+            recovered, self.failed = self.failed is not None, None
+            if self.latest is None or encoded != self.latest.body or recovered:
+                self.latest = Page.of(int(body["seq"]), where.period, encoded)
+                self.pushes += 1
+                self.hub.pushes += len(self.listeners)
+                for listener in self.listeners:
+                    listener.offer(self.latest)
+            until = (where.until_ms - self.hub.clock()) / 1000  # a clock-chosen period ends
+            return max(0.0, min(REFRESH_S, until))
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - told to the listeners; read again soon
@@ -155,17 +189,6 @@ class Channel:
                 for listener in self.listeners:
                     listener.warn(frame)
             return ERROR_RETRY_S
-        self.failed = None
-        encoded = orjson.dumps(body)
-        if self.latest is None or encoded != self.latest.body:
-            seq = int(body["seq"])
-            self.latest = Page(seq, encoded, page_frame(seq, encoded))
-            self.pushes += 1
-            self.hub.pushes += len(self.listeners)
-            for listener in self.listeners:
-                listener.offer(self.latest)
-        until = (where.until_ms - self.hub.clock()) / 1000  # a clock-chosen period ends
-        return max(0.0, min(REFRESH_S, until))
 
 
 def _error(exc: Exception) -> bytes:
@@ -192,10 +215,14 @@ class LiveBoards:
         for the node, rather than one per stream and per page."""
         while not self.closing:
             await asyncio.sleep(self.keepalive_s)
-            for listener in list(self.listeners):
-                if not listener.sent:
-                    listener.wake.set()
-                listener.sent = False
+            self.tick()
+
+    def tick(self) -> None:
+        """Wake the streams that sent no page since the tick before (each writes a keep-alive)."""
+        for listener in self.listeners:
+            if not listener.sent:
+                listener.wake.set()
+            listener.sent = False
 
     def changed(self, board: str) -> None:
         for channel in self._by_board.get(board, ()):
@@ -236,12 +263,14 @@ class LiveBoards:
 LIVE: web.AppKey[LiveBoards] = web.AppKey("rankstream_live", LiveBoards)
 
 
-def _since(request: web.Request) -> int | None:
+def _since(request: web.Request) -> str | None:
+    """The client's Last-Event-ID if it is one of ours (a seq, `@` and a period for a window of
+    periods); None for anything else: the client gets the current page."""
     raw = request.headers.get("Last-Event-ID", "").strip()
-    try:
-        return int(raw) if raw else None
-    except ValueError:
-        return None  # not one of ours: the client gets the current page
+    return raw if _EVENT_ID.fullmatch(raw) else None
+
+
+_EVENT_ID = re.compile(r"[0-9]{1,19}(@[!-~]{1,40})?")
 
 
 def stream_key(request: web.Request) -> str:
@@ -269,6 +298,11 @@ async def events(request: web.Request) -> web.StreamResponse:
             "X-Accel-Buffering": "no",  # a buffering proxy (nginx) passes each event on at once
         }
     )
+    access = request.app[APP_STATE].access
+    if access is not None:
+        access.cors(request, response)  # now: the front's come after the headers are sent
+    if request.method == "HEAD":
+        return web.Response(headers=response.headers)  # the headers a stream would start with
     await response.prepare(request)
     await response.write(b"retry: %d\n\n" % RETRY_MS)
     listener = Listener(_since(request))
@@ -284,10 +318,15 @@ async def events(request: web.Request) -> web.StreamResponse:
             if hub.closing or request.transport is None or request.transport.is_closing():
                 break  # stopping, or the client left
             frame, listener.pending = listener.pending, None
-            listener.sent = True
-            await response.write(frame if frame is not None else b": keep-alive\n\n")
-    except (ConnectionError, RuntimeError):
-        pass  # the client left as its page was written (aiohttp raises either)
+            listener.sent = frame is not None  # a page: no keep-alive needed at the next tick
+            data = frame if frame is not None else b": keep-alive\n\n"
+            if request.transport.get_write_buffer_size():  # the client is behind: bound the wait
+                async with asyncio.timeout(WRITE_TIMEOUT_S):
+                    await response.write(data)
+            else:
+                await response.write(data)
+    except (ConnectionError, RuntimeError, TimeoutError):
+        pass  # the client left, or stopped reading, as its page was written
     finally:
         hub.streams -= 1
         hub.listeners.discard(listener)

@@ -54,18 +54,20 @@ def _page(body: bytes) -> web.Response:
 
 
 def _with_token_cookie(request: web.Request) -> web.Response | None:
-    """A page opened with ?token= (already admitted: a valid token): a redirect to itself without
-    it, the token kept in the page's cookie."""
+    """A page opened with a valid ?token=: a redirect to itself without it, the token kept in
+    the page's cookie (`Secure` when the client came over HTTPS, directly or by a trusted proxy)."""
     token = request.query.get(TOKEN_PARAM)
     access = request.app[APP_STATE].access
-    if token is None or access is None or not access.needs_token():
-        return None  # no token needed: nothing kept
+    if token is None or access is None or not access.needs_token() or not access.valid(token):
+        return None  # no token needed, or none to keep (a wrong one was answered 401 already)
     rest = [(k, v) for k, v in request.query.items() if k != TOKEN_PARAM]
     location = request.rel_url.raw_path + (f"?{urlencode(rest)}" if rest else "")
     response = web.Response(status=303, headers={**PAGE_HEADERS, "Location": location})
+    # Lax, not Strict: a link to the page from another site (a chat, a wiki) must carry it; a
+    # cross-site script's reads still do not (and every route it admits only reads)
     response.set_cookie(
-        TOKEN_COOKIE, token, max_age=COOKIE_MAX_AGE_S, path="/", httponly=True, samesite="Strict",
-        secure=request.secure,
+        TOKEN_COOKIE, token, max_age=COOKIE_MAX_AGE_S, path="/", httponly=True, samesite="Lax",
+        secure=access.https(request),
     )  # fmt: skip
     return response
 

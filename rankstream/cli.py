@@ -147,17 +147,20 @@ def _api_url(args: argparse.Namespace, settings: Settings) -> str:
 
 
 def _top(args: argparse.Namespace, settings: Settings) -> int:
+    from api.live import MAX_STREAM_LIMIT
     from rankstream.show import show_top
     from rankstream.watch import watch_top
 
     if args.watch:
         if args.offset:
             raise ConfigError("rankstream top: --watch shows the top of the board: it takes no --offset")
+        if not 1 <= args.limit <= MAX_STREAM_LIMIT:
+            raise ConfigError(f"rankstream top: --watch shows 1 to {MAX_STREAM_LIMIT} members (--limit)")
         try:
             return watch_top(_api_url(args, settings), args.board, window=args.window,
                              period=args.period, limit=args.limit)  # fmt: skip
-        except KeyboardInterrupt:
-            return 0
+        except (KeyboardInterrupt, BrokenPipeError):
+            return 0  # Ctrl-C, or the reader of its output went away (`| head`)
     params = {"window": args.window, "period": args.period, "limit": args.limit, "offset": args.offset}
     print(show_top(_api_url(args, settings), args.board, **params))
     return 0

@@ -4,6 +4,7 @@ with Last-Event-ID, as a browser does, until Ctrl-C."""
 
 from __future__ import annotations
 
+import http.client
 import sys
 import time
 import urllib.error
@@ -56,7 +57,9 @@ def _open(url: str, last_id: str | None) -> Any:
     request = urllib.request.Request(url, headers={"Accept": "text/event-stream"})  # noqa: S310 - checked
     if last_id is not None:
         request.add_header("Last-Event-ID", last_id)
-    return urllib.request.urlopen(request, timeout=60)  # noqa: S310 - the scheme is checked by the caller
+    # longer than the longest keep-alive interval a node may be set to (300 s): a silent stream
+    # is a dead one only past it
+    return urllib.request.urlopen(request, timeout=330)  # noqa: S310 - the scheme is checked by the caller
 
 
 def watch_top(
@@ -98,11 +101,24 @@ def watch_top(
                         out.write(f"unavailable: {error.get('code')}: {error.get('message')}\n")
                         out.flush()
         except urllib.error.HTTPError as exc:
-            if exc.code < 500:
-                raise ApiAnswerError(f"HTTP {exc.code} from {url}") from None
-        except OSError:
-            pass  # the node went away: reconnect, as a browser would
+            said = _error_of(exc)
+            if exc.code < 500 and exc.code != 429:  # a bad request or token: no retry mends it
+                raise ApiAnswerError(said) from None
+            out.write(f"{said}\n")
+            retry_after = exc.headers.get("Retry-After", "")
+            wait = max(wait, float(retry_after)) if retry_after.isdigit() else wait
+        except (OSError, http.client.HTTPException):
+            pass  # the node went away, or cut a page short: reconnect, as a browser would
         out.write("reconnecting…\n")
         out.flush()
         sleep(wait)
     return 0
+
+
+def _error_of(exc: urllib.error.HTTPError) -> str:
+    """The API's error as `code: message`, or the status when the body is no error of ours."""
+    try:
+        error = orjson.loads(exc.read())["error"]
+        return f"{error['code']}: {error['message']}"
+    except (orjson.JSONDecodeError, KeyError, TypeError, OSError):
+        return f"HTTP {exc.code} from {exc.url}"

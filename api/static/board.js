@@ -7,6 +7,8 @@ const base = "/v1/boards/" + encodeURIComponent(board);
 const $ = (id) => document.getElementById(id);
 let windows = [];
 let source = null;
+let retries = 0; // refusals in a row
+let retry = 0; // the timer of the next attempt
 
 function cell(value, cls) {
   const td = document.createElement("td");
@@ -84,6 +86,7 @@ function problem(text) {
 }
 
 function connect() {
+  clearTimeout(retry);
   if (source) source.close();
   const query = selected();
   history.replaceState(null, "", location.pathname + "?" + query.toString());
@@ -91,6 +94,7 @@ function connect() {
   $("status").classList.remove("live");
   source = new EventSource(base + "/events?" + query.toString());
   source.addEventListener("top", (event) => {
+    retries = 0;
     const top = JSON.parse(event.data);
     problem("");
     fill($("top"), top.items, $("member").value);
@@ -105,8 +109,18 @@ function connect() {
     problem(`${error.code}: ${error.message}`);
   });
   source.onerror = () => {
-    $("status").textContent = "reconnecting…";
     $("status").classList.remove("live");
+    if (source.readyState !== EventSource.CLOSED) {
+      $("status").textContent = "reconnecting…"; // the browser retries by itself
+      return;
+    }
+    // refused (a node at its most streams, stopping, a rate limit, an expired token): a browser
+    // does not retry that by itself; ask again later, each time a little later
+    retries += 1;
+    const wait = Math.min(30, 2 ** retries);
+    $("status").textContent = `disconnected by the server; retrying in ${wait} s`;
+    clearTimeout(retry);
+    retry = setTimeout(connect, wait * 1000);
   };
 }
 

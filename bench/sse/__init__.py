@@ -14,8 +14,10 @@ over the 101 boards; at each, after a warm-up, RANKSTREAM_BENCH_SSE_S (8) measur
 - the API node's CPU over the measured seconds / the pages it pushed (its
   `rankstream_api_stream_pages_total`): `cpu_us_per_push`.
 
-`sse_streams_max`: the most streams of a step whose p99 stayed within 500 ms; the run stops at
-the first step past it. The client is Python too: its CPU is reported beside the node's, and a
+`sse_streams_max`: the most streams of a step whose p99 stayed within 500 ms; the run stops
+after two steps in a row past it (one alone can be the shared box's noise). The floor, at 101
+streams, is the pipeline's: the worker's batches (~100-160 ms to Redis here) and the up to 250 ms
+a stream waits between pages. The client is Python too: its CPU is reported beside the node's, and a
 step where it is the one saturated says so (`client_bound`).
 """
 
@@ -55,6 +57,7 @@ hot:
 """
 STEPS = (101, 250, 500, 1000, 2000, 4000, 8000, 16000)
 P99_LIMIT_MS = 500.0
+MISSES = 2  # steps past the limit in a row that end the run (one can be the box's noise)
 MACHINE_BUSY_PCT = 90.0  # past this share of every core busy, the box, not the node, is the limit
 MEMBERS = 20  # each board's other members: a page of 10 as clients see it
 GOALS: dict[str, float] = {}
@@ -166,13 +169,13 @@ def run() -> Result:
                 say(f"sse: {streams} streams: p99 {step['p99_ms']} ms, {step['cpu_us_per_push']} us/push, "
                     f"api {step['cpu_pct'].get('api')}%, client {step['client_cpu_pct']}%")  # fmt: skip
                 steps.append(step)
-                if step["p99_ms"] > P99_LIMIT_MS:
-                    break
+                if [s["p99_ms"] > P99_LIMIT_MS for s in steps[-MISSES:]] == [True] * MISSES:
+                    break  # past it twice running: not the box's noise
         finally:
             stop.set()
             writer.join(60)
     within = [s for s in steps if s["p99_ms"] <= P99_LIMIT_MS]
-    best = within[-1] if within else None
+    best = max(within, key=lambda s: s["streams"]) if within else None
     summary: Result = {
         "sse_streams_max": best["streams"] if best else 0,
         "sse_cpu_us_per_push": best["cpu_us_per_push"] if best else None,
@@ -186,6 +189,7 @@ def run() -> Result:
         "boards": 1 + len(COLD),
         "writes_per_s": rate * (1 + len(COLD)),
         "limited_by": _limit(steps),
+        "floor_p99_ms": steps[0]["p99_ms"],  # the fewest streams: the pipeline's own delay
         # what one core of the node would push at the cheapest cost per page measured: pages a
         # second, and streams at one page each 250 ms (every board changing that often)
         "pages_per_node_core_s": round(1e6 / cheapest) if cheapest else None,

@@ -21,6 +21,7 @@ import aiohttp
 import orjson
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
+from pydantic import SecretStr
 
 from api.app import create_app
 from api.live import INTERVAL_S
@@ -129,17 +130,21 @@ def test_each_change_reaches_the_stream_equal_to_the_top_route(live_settings, pr
         asyncio.run(run())
 
 
-def test_last_event_id_resumes_without_the_page_the_client_holds(live_settings, producer):
+@pytest.mark.parametrize("board", ["gift:resume", "gift:hot"])
+def test_last_event_id_resumes_on_another_node_without_the_page_the_client_holds(
+    live_settings, producer, board
+):
     settings = live_settings
-    board = "gift:resume"
 
     async def run() -> None:
-        async with node(settings) as client:
+        async with node(settings) as first, node(settings) as other:
+            await until_ready(first)
+            await until_ready(other)
             await asyncio.to_thread(send, settings, producer, board, {"a": 5})
-            async with client.get(f"/v1/boards/{board}/events") as stream:
+            async with first.get(f"/v1/boards/{board}/events") as stream:
                 held = await page_where(EventReader(stream), lambda b: b["total"] == 1)
             headers = {"Last-Event-ID": str(held["seq"])}
-            async with client.get(f"/v1/boards/{board}/events", headers=headers) as stream:
+            async with other.get(f"/v1/boards/{board}/events", headers=headers) as stream:
                 reader = EventReader(stream)
                 await asyncio.to_thread(send, settings, producer, board, {"b": 9})
                 # were the page the client holds sent again, it would come first, at its seq
@@ -184,17 +189,30 @@ def test_pages_come_at_most_every_interval_however_often_the_board_changes(live_
 
 
 def test_streams_are_bounded_kept_alive_and_checked(live_settings):
-    settings = live_settings.model_copy(update={"api_stream_max": 2, "api_stream_keepalive_s": 0.2})
+    settings = live_settings.model_copy(
+        update={
+            "api_stream_max": 2,
+            "api_stream_keepalive_s": 0.2,
+            "api_cors_origins": "https://game.example",
+        }
+    )
 
     async def run() -> None:
         async with node(settings) as client:
+            head = await client.head("/v1/boards/gift:x/events")  # headers only: it ends at once
+            assert head.status == 200
+            assert head.headers["Content-Type"] == "text/event-stream"
+            assert await head.read() == b""
             bad = await client.get("/v1/boards/gift:x/events?window=nope")
             assert bad.status == 400
             assert (await bad.json())["error"]["code"] == "bad_window"
             big = await client.get("/v1/boards/gift:x/events?limit=101")
             assert big.status == 400
-            first = await client.get("/v1/boards/gift:x/events")
+            origin = {"Origin": "https://game.example"}  # a page of an allowed origin
+            first = await client.get("/v1/boards/gift:x/events", headers=origin)
+            assert first.headers["Access-Control-Allow-Origin"] == "https://game.example"
             second = await client.get("/v1/boards/gift:y/events")
+            assert second.status == 200
             reader = EventReader(first)
             await reader.page()
             comment = await reader.next(5)
@@ -306,3 +324,37 @@ def test_top_watch_reports_a_bad_board_in_one_line(live_settings):
     assert done.returncode != 0
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("rankstream: "), done.stderr
+
+
+def test_a_page_keeps_a_valid_query_token_in_a_cookie_and_a_new_token_replaces_an_old_one(live_settings):
+    good, rotated = "good-" + uuid.uuid4().hex, "old-" + uuid.uuid4().hex
+    settings = live_settings.model_copy(update={"api_read_tokens": SecretStr(good)})
+    proxied = settings.model_copy(update={"api_trusted_proxies": "127.0.0.1"})
+
+    async def run(settings: Settings) -> list[str]:
+        cookies: list[str] = []
+        async with node(settings) as client:
+            page = await client.get(f"/boards/gift:x?window=day&token={good}", allow_redirects=False,
+                                    headers={"X-Forwarded-Proto": "https"})  # fmt: skip
+            assert page.status == 303
+            assert page.headers["Location"] == "/boards/gift:x?window=day"
+            cookies.append(page.headers["Set-Cookie"])
+            client.session.cookie_jar.clear()  # each request below names the cookie it carries
+            jar = {"rankstream_token": good}
+            assert (await client.get("/v1/boards/gift:x/top", cookies=jar)).status == 200
+            assert (await client.get("/v1/boards/gift:x/events?limit=1", cookies=jar)).status == 200
+            assert (await client.get(f"/v1/boards/gift:x/top?token={good}")).status == 401  # not here
+            typo = await client.get("/boards/gift:x?token=typo", cookies=jar, allow_redirects=False)
+            assert typo.status == 401  # the query's token first: a wrong one is no token
+            assert "Set-Cookie" not in typo.headers
+            renewed = await client.get(f"/boards/gift:x?token={good}", cookies={"rankstream_token": rotated},
+                                       allow_redirects=False)  # fmt: skip
+            assert renewed.status == 303  # a token rotated away: the new one replaces it
+            assert f"rankstream_token={good};" in renewed.headers["Set-Cookie"]
+        return cookies
+
+    direct = asyncio.run(run(settings))[0]
+    assert f"rankstream_token={good};" in direct
+    assert "HttpOnly" in direct and "SameSite=Lax" in direct
+    assert "Secure" not in direct  # plain HTTP, and a forwarded proto from no trusted proxy
+    assert "Secure" in asyncio.run(run(proxied))[0]  # TLS ended at a trusted proxy
