@@ -48,6 +48,7 @@ from common.settings import Settings
 from common.store import shardcount
 
 _log = logging.getLogger(__name__)
+ACCEPT_BACKLOG = 4096
 # Of the deadline, what the drain leaves for the steps after it (cancelling what is still in
 # flight, the watch task, the replay thread, Redis, the interpreter's exit): at most this, and at
 # most a quarter of a small deadline.
@@ -123,7 +124,9 @@ async def _serve(app: web.Application, settings: Settings) -> None:
     try:
         await runner.setup()  # on_startup: the replay thread starts
         await admin.setup()
-        site = web.TCPSite(runner, settings.api_host, settings.api_port)
+        # a deep accept queue: when a node stops, its event streams' browsers reconnect to the
+        # others at once, thousands within a second (the kernel caps it at net.core.somaxconn)
+        site = web.TCPSite(runner, settings.api_host, settings.api_port, backlog=ACCEPT_BACKLOG)
         await site.start()
         admin_site = web.TCPSite(admin, settings.api_host, settings.api_admin_port)
         await admin_site.start()

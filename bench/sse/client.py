@@ -80,7 +80,7 @@ async def _run(
             url = f"{base}/v1/boards/{board}/events?limit=10"
             tasks.append(asyncio.create_task(_stream(session, url, probe, firsts[i])))
             if i % 200 == 199:
-                await asyncio.sleep(0.05)  # a ramp: the node accepts them in bursts
+                await asyncio.sleep(0.2)  # a ramp: 1,000 new streams a second
         deadline = time.monotonic() + CONNECT_S
         while not all(f.is_set() for f in firsts) and time.monotonic() < deadline:
             failed = [t for t in tasks if t.done() and t.exception() is not None]
