@@ -289,8 +289,8 @@ def test_kafka_not_answering_is_one_line_and_exit_1(settings):
                          stderr=subprocess.PIPE, text=True)
         for action in ("stats", "show", "replay")
     ]  # fmt: skip
-    for proc in procs:
-        _, err = proc.communicate(timeout=120)
+    errs = [proc.communicate(timeout=120)[1] for proc in procs]  # every one ended before a check
+    for proc, err in zip(procs, errs, strict=True):
         assert proc.returncode == 1 and "Traceback" not in err, err
         # its line; before it, at most librdkafka's own line of the refused connection (said once)
         *before, line = err.splitlines()
