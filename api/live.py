@@ -33,6 +33,7 @@ from aiohttp import web
 
 from api import queries
 from api.errors import ApiError
+from api.httpcache import canonical
 from api.params import int_param, target
 from api.routes import reader_for, trend
 from api.state import APP_STATE
@@ -50,7 +51,7 @@ AHEAD_WAIT_S = 2.0
 # a client that stops reading: its stream ends once a page has waited this long to be sent
 WRITE_TIMEOUT_S = 30.0
 MAX_STREAM_LIMIT = 100  # the longest page a stream pushes
-STREAM_PARAMS = ("at", "limit", "order", "period", "ties", "trend", "window")  # what a stream reads
+STREAM_PARAMS = ("at", "limit", "order", "period", "ties", "trend", "window")  # what a stream reads, sorted
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,7 +134,6 @@ class Channel:
         self.failed: bytes | None = None  # the error frame of the last read, until one succeeds
         self.dirty = asyncio.Event()
         self.dirty.set()  # the first page at once
-        self.pushes = 0
         self.task: asyncio.Task[None] | None = None
 
     def join(self, listener: Listener) -> None:
@@ -174,7 +174,6 @@ class Channel:
             recovered, self.failed = self.failed is not None, None
             if self.latest is None or encoded != self.latest.body or recovered:
                 self.latest = Page.of(int(body["seq"]), where.period, encoded)
-                self.pushes += 1
                 self.hub.pushes += len(self.listeners)
                 for listener in self.listeners:
                     listener.offer(self.latest)
@@ -273,12 +272,6 @@ def _since(request: web.Request) -> str | None:
 _EVENT_ID = re.compile(r"[0-9]{1,19}(@[!-~]{1,40})?")
 
 
-def stream_key(request: web.Request) -> str:
-    query = request.query
-    wanted = sorted((name, query[name]) for name in STREAM_PARAMS if name in query)
-    return request.rel_url.raw_path + "?" + "&".join(f"{name}={value}" for name, value in wanted)
-
-
 async def events(request: web.Request) -> web.StreamResponse:
     """`GET /v1/boards/{board}/events`: the board's top page now, then each time it changes."""
     hub = request.app[LIVE]
@@ -306,7 +299,7 @@ async def events(request: web.Request) -> web.StreamResponse:
     await response.prepare(request)
     await response.write(b"retry: %d\n\n" % RETRY_MS)
     listener = Listener(_since(request))
-    channel = hub.channel(stream_key(request), saved)
+    channel = hub.channel(canonical(request, STREAM_PARAMS), saved)
     hub.streams += 1
     hub.listeners.add(listener)
     channel.join(listener)

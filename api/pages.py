@@ -24,7 +24,7 @@ from api.access import TOKEN_COOKIE, TOKEN_PARAM
 from api.errors import ApiError
 from api.front import Front
 from api.live import events
-from api.params import board_of, target
+from api.params import board_of
 from api.routes import ROUTE_PREFIX, json
 from api.state import APP_STATE
 from common.periods import recent_periods
@@ -125,9 +125,9 @@ async def static(request: web.Request) -> web.Response:
 
 async def describe(request: web.Request) -> web.Response:
     """`GET /v1/boards/{board}`: the board's type, order, windows and the periods each keeps now."""
-    where = target(request)  # the board and its type (a bad board id: 400; an unknown type: 404)
+    board, board_type = board_of(request)  # a bad board id: 400; an unknown type: 404
     state = request.app[APP_STATE]
-    board_type, now, tz = where.board_type, state.clock(), state.boards.timezone
+    now, tz = state.clock(), state.boards.timezone
     windows: list[dict[str, Any]] = []
     for window in board_type.windows:
         periods: list[str] = []
@@ -138,10 +138,10 @@ async def describe(request: web.Request) -> web.Response:
                         "periods": periods})  # fmt: skip
     return json(
         {
-            "board": where.board,
+            "board": board,
             "type": board_type.name,
             "order": board_type.order.value,
-            "hot": where.board in state.hot.boards,
+            "hot": board in state.hot.boards,
             "windows": windows,
         }
     )

@@ -16,21 +16,32 @@ class ApiAnswerError(RankstreamError):
     """The API answered with an error (its code and message), or could not be reached."""
 
 
-def fetch(api: str, path: str, params: dict[str, Any]) -> dict[str, Any]:
+def api_url(api: str, path: str, params: dict[str, Any]) -> str:
+    """`path` on the API at `api`, with the parameters that are set; an http(s) URL or ApiAnswerError."""
     query = urllib.parse.urlencode({k: v for k, v in params.items() if v is not None})
     url = f"{api.rstrip('/')}{urllib.parse.quote(path)}" + (f"?{query}" if query else "")
     if not url.startswith(("http://", "https://")):
         raise ApiAnswerError(f"--api must be an http(s) URL, got {api!r}")
+    return url
+
+
+def error_line(exc: urllib.error.HTTPError, url: str) -> str:
+    """The API's error as `code: message`, or the status when the body is no error of ours."""
     try:
-        with urllib.request.urlopen(url, timeout=10) as resp:  # noqa: S310 - scheme checked above
+        error = orjson.loads(exc.read())["error"]
+        return f"{error['code']}: {error['message']}"
+    except (orjson.JSONDecodeError, KeyError, TypeError, OSError):
+        return f"HTTP {exc.code} from {url}"
+
+
+def fetch(api: str, path: str, params: dict[str, Any]) -> dict[str, Any]:
+    url = api_url(api, path, params)
+    try:
+        with urllib.request.urlopen(url, timeout=10) as resp:  # noqa: S310 - api_url checked the scheme
             body: dict[str, Any] = orjson.loads(resp.read())
             return body
     except urllib.error.HTTPError as exc:
-        try:
-            error = orjson.loads(exc.read())["error"]
-            raise ApiAnswerError(f"{error['code']}: {error['message']}") from None
-        except (orjson.JSONDecodeError, KeyError, TypeError):
-            raise ApiAnswerError(f"HTTP {exc.code} from {url}") from None
+        raise ApiAnswerError(error_line(exc, url)) from None
     except OSError as exc:
         raise ApiAnswerError(f"cannot reach the API at {api}: {exc}") from None
 

@@ -8,7 +8,6 @@ import http.client
 import sys
 import time
 import urllib.error
-import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -16,7 +15,7 @@ from typing import Any, TextIO
 
 import orjson
 
-from rankstream.show import ApiAnswerError, fetch, top_table
+from rankstream.show import ApiAnswerError, api_url, error_line, fetch, top_table
 
 CLEAR = "\x1b[H\x1b[2J"  # cursor home, clear the screen
 RECONNECT_S = 2.0  # the stream's own `retry:` replaces it
@@ -74,8 +73,7 @@ def watch_top(
     """Draw each page the stream pushes until interrupted (or `pages` of them, for tests)."""
     # a first read: a bad board, window or API address is one line now, not a retry loop
     fetch(api, f"/v1/boards/{board}/top", {**params, "limit": params.get("limit") or 10})
-    query = urllib.parse.urlencode({k: v for k, v in params.items() if v is not None})
-    url = f"{api.rstrip('/')}{urllib.parse.quote(f'/v1/boards/{board}/events')}?{query}"
+    url = api_url(api, f"/v1/boards/{board}/events", params)
     clear = CLEAR if out.isatty() else ""
     last_id: str | None = None
     wait = RECONNECT_S
@@ -101,7 +99,7 @@ def watch_top(
                         out.write(f"unavailable: {error.get('code')}: {error.get('message')}\n")
                         out.flush()
         except urllib.error.HTTPError as exc:
-            said = _error_of(exc)
+            said = error_line(exc, url)
             if exc.code < 500 and exc.code != 429:  # a bad request or token: no retry mends it
                 raise ApiAnswerError(said) from None
             out.write(f"{said}\n")
@@ -113,12 +111,3 @@ def watch_top(
         out.flush()
         sleep(wait)
     return 0
-
-
-def _error_of(exc: urllib.error.HTTPError) -> str:
-    """The API's error as `code: message`, or the status when the body is no error of ours."""
-    try:
-        error = orjson.loads(exc.read())["error"]
-        return f"{error['code']}: {error['message']}"
-    except (orjson.JSONDecodeError, KeyError, TypeError, OSError):
-        return f"HTTP {exc.code} from {exc.url}"
