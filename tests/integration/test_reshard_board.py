@@ -35,7 +35,7 @@ from tests.oracle import now_ms
 pytestmark = [pytest.mark.integration, BOTH_TOPOLOGIES]
 
 CONFIG = """
-timezone: Asia/Kolkata
+timezone: %s
 types:
   ref: {windows: [total, day, last_3h], late_grace: 1d, max_members: 6}
   mv: {windows: [total, day, last_3h], late_grace: 1d, max_members: 6, shards: %d}
@@ -52,9 +52,21 @@ QUERIES = {  # what each moved type is asked (mvp: packed scores, a declared sco
 MOVED = tuple(QUERIES)
 
 
-def _config(tmp_path: Path, shards: int) -> Path:
+HOUR_MS = 3_600_000
+
+
+def _zone() -> str:
+    """UTC or Asia/Kolkata (half an hour apart), whichever has its next hour furthest away: at
+    least 30 min, so no hour (nor day) ends while the test runs, and no worker starts preparing
+    the next last_3h period (it may from the last quarter of the hour) before a move, which
+    refuses a period half prepared. The test chooses its zone rather than depend on the clock."""
+    into_utc_hour = now_ms() % HOUR_MS
+    return "UTC" if into_utc_hour < HOUR_MS // 2 else "Asia/Kolkata"
+
+
+def _config(tmp_path: Path, shards: int, zone: str) -> Path:
     path = tmp_path / f"boards{shards}.yaml"
-    path.write_text(CONFIG % (shards, shards))
+    path.write_text(CONFIG % (zone, shards, shards))
     return path
 
 
@@ -175,7 +187,8 @@ def _seq(client: Store, settings: Settings, board: str, shards: int) -> int:
 
 
 def test_a_moved_board_answers_as_the_board_never_moved(make_settings, tmp_path, rclient):
-    one = make_settings(boards=_config(tmp_path, 1))
+    zone = _zone()  # as the test starts: every config of it shares the zone
+    one = make_settings(boards=_config(tmp_path, 1, zone))
     ensure_topics(one)
     sent = _produce(one, seed=1, count=150)
     with running_worker(one):
@@ -214,7 +227,7 @@ def test_a_moved_board_answers_as_the_board_never_moved(make_settings, tmp_path,
     assert lines["mv"][1].startswith("mv: 2 boards moved from shards: 1 to shards: 3"), lines
     assert lines["mvp"][0].startswith("mvp: 2 boards moved from shards: 1 to shards: 3"), lines
     assert not rclient.exists(stray.seq, stray.meta, shard_moves(one.key_prefix))
-    three = make_settings(boards=_config(tmp_path, 3))
+    three = make_settings(boards=_config(tmp_path, 3, zone))
     assert shardcount.recorded(rclient, one.key_prefix) == {"mv": 3, "mvp": 3}
     assert _keys_of(rclient, one, "mv:a") == []  # the old layout dropped
     assert _seq(rclient, one, "mv:a", 3) > seq_before  # an answer's seq never goes back
@@ -232,7 +245,7 @@ def test_a_moved_board_answers_as_the_board_never_moved(make_settings, tmp_path,
     lines = _move(three, 2, keep_old=True)
     assert all(any("the old layout is kept" in line for line in got) for got in lines.values()), lines
     assert all(_keys_of(rclient, one, n) for n in shard_names("mv:a", 3))
-    two = make_settings(boards=_config(tmp_path, 2))
+    two = make_settings(boards=_config(tmp_path, 2, zone))
     sent += _produce(two, seed=3, count=60, again=10, reset_at=5)
     _run_until_applied(two, sent)
     _assert_same(two, rclient)
