@@ -20,6 +20,7 @@ from api.access import Access
 from api.front import Front, InFlight
 from api.hotboards import HotBoards
 from api.httpcache import cache_control
+from api.league import add_routes as add_league_routes
 from api.live import LIVE, LiveBoards
 from api.pages import add_pages
 from api.routes import add_routes, json
@@ -194,6 +195,7 @@ def create_app(settings: Settings, boards: BoardsConfig, clock: Clock = system_m
     for path, handler in PROBES:
         front.add(app, "GET", path, handler)
     add_routes(app, front)
+    add_league_routes(app, front)
     add_pages(app, front)
     front.catch_all(app)
     live = app[LIVE] = LiveBoards(settings.api_stream_max, settings.api_stream_keepalive_s, clock)

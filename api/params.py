@@ -17,6 +17,7 @@ from common.events import MAX_MEMBER_LEN, MIN_TS_MS, ts_ceiling
 from common.periods import Period, expire_at_ms, parse_period, period_at, previous_period
 from common.ranking import Ties
 from common.store.keys import TOTAL_INSTANCE, window_instance
+from common.windows import SEASON_WINDOW
 
 MAX_LIMIT = 500
 _TIES = {t.value: t for t in Ties}
@@ -110,14 +111,20 @@ def board_of(request: Asked) -> tuple[str, BoardType]:
     return board, board_type
 
 
-def target(request: Asked) -> Target:
-    """Board, window instance (`window`, `period` or `at`), `order`, `ties` and `trend` of a request."""
+def target(request: Asked, league: bool = False) -> Target:
+    """Board, window instance (`window`, `period` or `at`), `order`, `ties` and `trend` of a
+    request; `league`: a league route's, whose window is its type's season (api/league.py)."""
     board, board_type = board_of(request)
-    name = request.query.get("window", "total")
+    name = SEASON_WINDOW if league else request.query.get("window", "total")
     try:
         window = board_type.window(name)
     except KeyError:
         raise ApiError(400, "bad_window", f"window {name!r} is not configured for this board") from None
+    if league != (board_type.league is not None and window.kind is WindowKind.SEASON):
+        if league:
+            raise ApiError(404, "not_a_league", f"board type {board_type.name!r} declares no league")
+        message = f"window {name!r} of a league is read by division: /v1/boards/{board}/league/..."
+        raise ApiError(400, "league_window", message)
     trend = request.query.get("trend", "0")
     if trend not in {"0", "1"}:
         raise ApiError(400, "bad_parameter", "trend must be 0 or 1")

@@ -22,6 +22,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from common.errors import ConfigError
+from common.league import MAX_DIVISION_SIZE, MAX_TIERS, TIER_RE, League, Movement
 from common.store.packing import longest_period_ms, packable, packable_bounds, tie_bits
 from common.store.shards import MAX_SHARDS, SHARD_MARK, board_of, shard_names
 from common.windows import (
@@ -117,6 +118,7 @@ class BoardType:
     ends_at_ms: int | None = None
     results: PeriodResults | None = None  # period_results: None emits nothing
     shards: int = 1  # each board's members spread over this many Redis slots (common/store/shards.py)
+    league: League | None = None  # its season window is split in divisions (common/league.py)
     rolling: tuple[Window, ...] = field(init=False, repr=False, compare=False)  # its last_<N>... windows
 
     def __post_init__(self) -> None:
@@ -244,9 +246,22 @@ class _SeasonRuleModel(_Strict):
     anchor: str | date
 
 
+class _RewardsModel(_Strict):
+    top: Annotated[int, Field(ge=0)]
+
+
 class _ResultsModel(_Strict):
     windows: list[str]
     top: Annotated[int, Field(ge=1, le=MAX_RESULT_TOP)] = DEFAULT_RESULT_TOP
+
+
+class _LeagueModel(_Strict):
+    division_size: Annotated[int, Field(ge=2, le=MAX_DIVISION_SIZE)]
+    tiers: list[str]
+    entry_tier: str | None = None
+    promote: dict[str, int | float] = Field(default_factory=dict)
+    demote: dict[str, int | float] = Field(default_factory=dict)
+    rewards: _RewardsModel | None = None
 
 
 class _TypeModel(_Strict):
@@ -261,6 +276,7 @@ class _TypeModel(_Strict):
     ends_at: str | datetime | None = None
     period_results: _ResultsModel | None = None
     shards: Annotated[int, Field(ge=1, le=MAX_SHARDS)] = 1
+    league: _LeagueModel | None = None
 
 
 class _HotModel(_Strict):
@@ -332,6 +348,10 @@ def _allowed_keys(parent: tuple[int | str, ...]) -> list[str]:
         model = _TypeModel
     elif parent[:1] == ("hot",) and len(parent) == 2:
         model = _HotModel
+    elif parent[:1] == ("types",) and parent[2:] == ("league",):
+        model = _LeagueModel
+    elif parent[:1] == ("types",) and parent[2:] == ("league", "rewards"):
+        model = _RewardsModel
     return list(model.model_fields)
 
 
@@ -423,11 +443,89 @@ def _build_type(name: str, model: _TypeModel, path: str, tz: ZoneInfo) -> BoardT
         ends_at_ms=ends_at_ms,
         results=_results(model.period_results, windows, retention, late_grace_ms, f"{path}.period_results"),
         shards=model.shards,
+        league=_league(model, windows, path),
     )
     if board_type.score_range is not None:
         _check_packing(board_type, f"{path}.score_range")
     _check_instances(board_type, f"{path}.windows")
     return board_type
+
+
+def _league(model: _TypeModel, windows: list[Window], path: str) -> League | None:
+    """`league:` on a type with a season window."""
+    lm = model.league
+    if lm is None:
+        return None
+    if not any(w.kind is WindowKind.SEASON for w in windows):
+        raise _InvalidConfigError(f"{path}.league", "a league divides a season: add 'season' to windows")
+    _league_alone(model, path)
+    path = f"{path}.league"
+    if not 1 <= len(lm.tiers) <= MAX_TIERS:
+        raise _InvalidConfigError(f"{path}.tiers", f"expected 1 to {MAX_TIERS} tiers, lowest first")
+    for index, tier in enumerate(lm.tiers):
+        if TIER_RE.fullmatch(tier) is None:
+            raise _InvalidConfigError(
+                f"{path}.tiers[{index}]", f"tier {tier!r} must be 1-32 characters of a-z, 0-9 and _"
+            )
+        if tier in lm.tiers[:index]:
+            raise _InvalidConfigError(f"{path}.tiers[{index}]", f"duplicate tier {tier!r}")
+    entry = lm.entry_tier if lm.entry_tier is not None else lm.tiers[0]
+    if entry not in lm.tiers:
+        raise _InvalidConfigError(f"{path}.entry_tier", f"{entry!r} is not one of the tiers")
+    size = lm.division_size
+    promote = _movements(lm.promote, lm.tiers, size=size, edge=lm.tiers[-1], path=f"{path}.promote",
+                         edge_why="promotes no one: it is the top tier")  # fmt: skip
+    demote = _movements(lm.demote, lm.tiers, size=size, edge=lm.tiers[0], path=f"{path}.demote",
+                        edge_why="demotes no one: it is the lowest tier")  # fmt: skip
+    for tier in lm.tiers:
+        up, down = promote.get(tier), demote.get(tier)
+        if up is not None and down is not None and up.of(size) + down.of(size) > size:
+            raise _InvalidConfigError(
+                f"{path}.demote.{tier}",
+                f"a full division of tier {tier!r} would promote and demote more members than it holds",
+            )
+    top = lm.rewards.top if lm.rewards is not None else 0
+    if top > size:
+        raise _InvalidConfigError(f"{path}.rewards.top", f"at most division_size ({size}), got {top}")
+    return League(size, tuple(lm.tiers), entry, MappingProxyType(promote), MappingProxyType(demote), top)
+
+
+def _league_alone(model: _TypeModel, path: str) -> None:
+    """What a league type can't be combined with (declared at all, even as its default)."""
+    for key, why in (
+        ("tie_break", "ties in a division rank by join order"),
+        ("shards", "a league's divisions are counted on one Redis slot"),
+        ("max_members", "a division holds division_size members at most"),
+    ):
+        if key in model.model_fields_set:
+            raise _InvalidConfigError(f"{path}.{key}", f"a league type can't set it: {why}")
+    if model.period_results is not None and SEASON_WINDOW in model.period_results.windows:
+        raise _InvalidConfigError(
+            f"{path}.period_results",
+            "a league's season has no period result: its divisions' standings end it",
+        )
+
+
+def _movements(
+    declared: dict[str, int | float], tiers: list[str], *, size: int, edge: str, edge_why: str, path: str
+) -> dict[str, Movement]:
+    """`promote:` or `demote:`: tier -> a count (an integer) or a fraction (0 to 1) of a division."""
+    out: dict[str, Movement] = {}
+    for tier, value in declared.items():
+        where = f"{path}.{tier}"
+        if tier not in tiers:
+            raise _InvalidConfigError(where, f"{tier!r} is not one of the tiers")
+        if tier == edge:
+            raise _InvalidConfigError(where, f"tier {tier!r} {edge_why}")
+        if isinstance(value, int):
+            if not 0 <= value <= size:
+                raise _InvalidConfigError(where, f"a count from 0 to division_size ({size}), got {value}")
+            out[tier] = Movement(count=value)
+        else:
+            if not 0.0 <= value <= 1.0:
+                raise _InvalidConfigError(where, f"a fraction from 0 to 1, got {value}")
+            out[tier] = Movement(fraction=value)
+    return out
 
 
 def _retention(declared: dict[str, int], windows: list[Window], path: str) -> dict[str, int]:
@@ -601,8 +699,11 @@ def _build_hot(index: int, model: _HotModel, types: Mapping[str, BoardType]) -> 
     board_type = types.get(parts[0], types.get(DEFAULT_TYPE))
     if board_type is None:
         raise _InvalidConfigError(f"{path}.board", f"board type {parts[0]!r} is not configured")
+    # a league's season is served from Redis (its divisions are not kept in memory)
+    league_season = SEASON_WINDOW if board_type.league is not None else None
     if model.windows is None:
-        return HotBoard(board=model.board, windows=tuple(window.name for window in board_type.windows))
+        names = tuple(window.name for window in board_type.windows if window.name != league_season)
+        return HotBoard(board=model.board, windows=names)
     if not model.windows:
         raise _InvalidConfigError(f"{path}.windows", "at least one window is required (omit the key for all)")
     known = [window.name for window in board_type.windows]
@@ -616,4 +717,6 @@ def _build_hot(index: int, model: _HotModel, types: Mapping[str, BoardType]) -> 
             )
         if window_name in model.windows[:position]:
             raise _InvalidConfigError(window_path, f"duplicate window {window_name!r}")
+        if window_name == league_season:
+            raise _InvalidConfigError(window_path, "a league's season is read from Redis, not from memory")
     return HotBoard(board=model.board, windows=tuple(model.windows))

@@ -17,6 +17,7 @@ from common.control import parse_selector
 from common.errors import InfrastructureError
 from common.events import CONTROL_OPS, Op, UpdateEvent, ts_ceiling
 from common.idwindow import LISTPACK_CAP, fingerprint
+from common.league import League, seat_instance
 from common.periods import Period, PeriodCache, expire_at_ms, no_period_span, parse_period, recent_periods
 from common.results import result_due_ms, result_key
 from common.store import shardcount
@@ -51,6 +52,7 @@ from worker.boardstate import DEFAULT_MAX_CELLS, BoardStates, decidable
 from worker.faults import is_infrastructure
 from worker.promotions import Promotions
 from worker.rolling_slots import RollingSlots, results_of, unit_window
+from worker.seats import Seats, division, season_of
 
 _log = logging.getLogger(__name__)
 MAX_EVENTS_PER_CALL = 500  # bounds the time one script blocks Redis
@@ -134,6 +136,7 @@ class Outcome(NamedTuple):  # one per event: a tuple is the cheapest immutable r
 
 
 _FOREVER = 2**62
+_SEATING = frozenset({Op.INCR, Op.SET, Op.BEST})  # the ops that seat a member in a league season
 
 
 class _Slot(NamedTuple):
@@ -193,6 +196,7 @@ class _Entry(NamedTuple):
     position: Position | None
     closed: bool = False  # its board type's activity has ended: recorded, dead-lettered
     wide: bool = False  # a delete on a board with rolling windows: alone, every instance of its call
+    join: int = 0  # its member's seat order in a league division among its instances (worker/seats.py)
 
 
 @dataclass
@@ -234,6 +238,7 @@ class _Chunk:
         closed: bool = False,
         deps: Sequence[Instance] = (),
         wide: bool = False,
+        join: int = 0,
     ) -> None:
         known = self._masks.get(id(pairs))
         if known is None:
@@ -247,7 +252,7 @@ class _Chunk:
         if position is not None:
             source = position.source
             self.sources.setdefault(source.field, (len(self.sources) + 1, source))
-        self.events.append(_Entry(event, ts, known[1], known[2], late, position, closed, wide))
+        self.events.append(_Entry(event, ts, known[1], known[2], late, position, closed, wide, join))
         self.counts += len(known[2])
 
     def instances_of(self, entry: _Entry) -> tuple[list[Instance], list[Instance]]:
@@ -260,7 +265,7 @@ class _Chunk:
         """An entry of another chunk of the board, with its instances there (`instances_of`)."""
         self.add(
             entry.event, entry.ts, pairs, entry.late, entry.position, closed=entry.closed, deps=deps,
-            wide=entry.wide,
+            wide=entry.wide, join=entry.join,
         )  # fmt: skip
 
     def where(self, position: Position | None) -> int:
@@ -312,6 +317,7 @@ class Applier:
         self._script = ApplyScript()
         # the boards' state for deciding in the worker (worker/boardstate.py); None: apply.lua decides
         self.states = BoardStates(state_cells) if state_cells > 0 else None
+        self.seats = Seats(key_prefix)  # league seats (worker/seats.py)
 
     @property
     def epoch(self) -> str:
@@ -320,8 +326,10 @@ class Applier:
     @epoch.setter
     def epoch(self, epoch: str) -> None:
         """Another data set in Redis (worker/sources.py): what the worker kept of the old one goes."""
-        if epoch != self._epoch and self.states is not None:
-            self.states.drop_all()
+        if epoch != self._epoch:
+            self.seats.clear()
+            if self.states is not None:
+                self.states.drop_all()
         self._epoch = epoch
 
     def _slots(self, board_type: BoardType, ts: int) -> _Slots:
@@ -471,6 +479,8 @@ class Applier:
         memo = _Memo()
         dues: dict[str, tuple[BoardType, set[tuple[str, str, Period]]]] = {}
         rolling_counts = ROLLING_COUNTS_PER_CALL if self.states is None else DECIDED_ROLLING_COUNTS_PER_CALL
+        self._seat(events, now, memo)
+        divisions: dict[tuple[int, str], list[Instance]] = {}  # events in one division share a list
         for (event, ts), position in zip(events, positions, strict=True):
             deps: tuple[Instance, ...] = ()
             wide = False
@@ -502,6 +512,8 @@ class Applier:
             except Exception as exc:  # noqa: BLE001 - whatever it is, it is this event's alone
                 failures.append(Failure(event, exc))
                 continue
+            # (Redis' answers: a fault there is the batch's, not the event's)
+            pairs, join = self._in_league(board_type, event, pairs, divisions)
             if board_type.shards > 1 and board_type.name not in self._shards_recorded:
                 # at its boards' first write (an unsharded type's data tells its count itself)
                 shardcount.record(self._client, self._prefix, board_type.name, board_type.shards)
@@ -513,11 +525,88 @@ class Applier:
                     chunk = _Chunk(board, board_type, control=alone, rolling_counts=rolling_counts)
                     open_chunks[board] = chunk
                     chunks.append(chunk)
-                chunk.add(event, ts, pairs, late, position, closed=closed, deps=deps, wide=wide)
+                chunk.add(event, ts, pairs, late, position, closed=closed, deps=deps, wide=wide, join=join)
         for board, (board_type, board_dues) in dues.items():
             ordered = sorted(board_dues, key=lambda due: (due[0], due[1], due[2].start_ms))
             self._register(board_type, board, ordered)
         return chunks
+
+    def _seat(self, events: Sequence[tuple[UpdateEvent, int]], now: int, memo: _Memo) -> None:
+        """Seat, in stream order, the members whose first event of a league season is in the
+        batch (an incr, set or best its season still takes, on a board still open)."""
+        wanted: dict[tuple[str, str], tuple[Instance, League, dict[str, None]]] = {}
+        for event, ts in events:
+            if event.op not in _SEATING:
+                continue
+            board_type = self._boards.type_for(event.board_type)
+            if board_type is None or board_type.league is None:
+                continue
+            ends = board_type.ends_at_ms
+            if ends is not None and (ts >= ends or now >= ends + board_type.late_grace_ms):
+                continue
+            try:
+                season = season_of(self._instances(board_type, ts, now, memo).pairs)
+            except Exception:  # noqa: BLE001, S112 - the main loop dead-letters it
+                continue
+            if season is None or self.seats.get(event.board, season.name, event.member) is not None:
+                continue
+            key = (event.board, season.name)
+            wanted.setdefault(key, (season, board_type.league, {}))[2][event.member] = None
+        self.seats.take(
+            self._client,
+            [
+                (board, season, league, list(members))
+                for (board, _), (season, league, members) in wanted.items()
+            ],
+        )
+
+    def _in_league(
+        self,
+        board_type: BoardType,
+        event: UpdateEvent,
+        pairs: list[Instance],
+        memo: dict[tuple[int, str], list[Instance]],
+    ) -> tuple[list[Instance], int]:
+        """An event of a league type counts in its member's division, not in the season (not at
+        all if the member has no seat: a delete before any event of the season); and its join."""
+        if board_type.league is None:
+            return pairs, 0
+        if event.op in CONTROL_OPS:
+            return self._league_control(board_type, event, pairs), 0
+        season = season_of(pairs)
+        if season is None:
+            return pairs, 0
+        league = board_type.league
+        assert league is not None
+        seat = self.seats.get(event.board, season.name, event.member)
+        if seat is None and event.op is Op.DELETE:
+            seat = self.seats.lookup(self._client, event.board, season.name, [event.member])[0]
+        name = "" if seat is None else seat_instance(league, season.name, seat)
+        out = memo.get((id(pairs), name))
+        if out is None:
+            rest = [inst for inst in pairs if inst is not season]
+            out = rest if seat is None else [*rest, division(league, season, seat)]
+            memo[(id(pairs), name)] = out
+        return out, 0 if seat is None else seat.order
+
+    def _league_control(
+        self, board_type: BoardType, event: UpdateEvent, pairs: list[Instance]
+    ) -> list[Instance]:
+        """An erase reaches its member's divisions, a reset every division of the seasons it
+        empties (their seats stay: a division never takes more members than its size)."""
+        league = board_type.league
+        assert league is not None
+        out: list[Instance] = []
+        for inst in pairs:
+            if season_of([inst]) is None:
+                out.append(inst)
+            elif event.op is Op.ERASE:
+                (seat,) = self.seats.lookup(self._client, event.board, inst.name, [event.member])
+                if seat is not None:
+                    out.append(division(league, inst, seat))
+            else:
+                out += self.seats.divisions(self._client, event.board, board_type, inst)
+        return out
 
     def _shards_of(self, board_type: BoardType, event: UpdateEvent) -> tuple[str, ...]:
         """Where the event goes in Redis: its board, or on a sharded board its member's shard (a
@@ -551,6 +640,7 @@ class Applier:
                     offset=0 if position is None else position.offset,
                     where=chunk.where(position),
                     fingerprint=fingerprint(event.id),
+                    join=entry.join,
                     legacy_key=keys.legacy_id(event.id) if legacy else "",
                 )
             )

@@ -610,7 +610,10 @@ def _plan(req: ApplyRequest, c: Cell, ev: ApplyEvent, i: int) -> Cell | None:
         new = score
     if present and new == score:
         return None
-    tie = packed_tie(packing, ev.tie_ms) if packing is not None else ev.tie_ms
+    if packing is not None:
+        tie = packed_tie(packing, ev.tie_ms)
+    else:
+        tie = ev.join if req.instances[i].joined else ev.tie_ms  # a league division: join order
     return (new, tie, c[2])
 
 

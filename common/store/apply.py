@@ -42,7 +42,7 @@ H = ("W", "E", "MODE", "DESC", "MAXM", "STATE", "EPOCH", "WINDOW", "CAP", "LEGAC
      "LOW", "HIGH", "INTEGRAL", "INDEX", "NOTIFY", "BOARD", "MARKED", "PROMOTED")  # ARGV header  # fmt: skip
 SRC = ("FIELD", "TOPIC", "LOW")  # ARGV per source, after the header; then IA per instance
 # ARGV per instance, after the sources: BITS -1 = general layout; ROLE and the rest: Rolling below
-IA = ("EXPIRE", "BITS", "BASE", "ROLE", "GROUP", "FROM", "OLD", "NEW", "KEEP", "SEAL")
+IA = ("EXPIRE", "BITS", "BASE", "ROLE", "GROUP", "FROM", "OLD", "NEW", "KEEP", "SEAL", "JOIN")
 
 # apply.lua refuses an event sent as op `closed` (its board's activity ended) and records it in
 # the fence under this name, so a redelivery is dead-lettered board_closed again, whatever the
@@ -80,6 +80,9 @@ class ApplyEvent(NamedTuple):
     offset: int  # its message's offset (0 without a source)
     where: int  # source number (1-based) * 1000 + array index + 1; 0 = no source
     fingerprint: bytes  # of its id (common/idwindow.py)
+    # its member's join order in the league division among its instances (common/league.py):
+    # its tie there, so that equal scores in a division rank by join order
+    join: int = 0
     legacy_key: str = ""  # while adopting the previous release: its record of the id (else unsent)
 
 
@@ -110,6 +113,8 @@ class Instance(NamedTuple):
     # a period whose result is emitted (worker/results.py): the script reads its INST.PREP
     # marker (one GET per call) and leaves it alone once its result is sealed
     sealable: bool = False
+    # a league division (common/league.py): its ties are each event's `join`, not its time
+    joined: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,7 +213,7 @@ class ApplyScript:
             "PROMOTED": keys.promoted,  # read: its existence must be what PROMOTED says
         }
         key_list = [board[name] for name in KEY]
-        for name, _, packing, rolling, _ in req.instances:
+        for name, _, packing, rolling, _, _ in req.instances:
             packed = packing is not None
             bucket = rolling is not None and rolling.role == BUCKET
             per: dict[str, str] = {
@@ -254,7 +259,7 @@ class ApplyScript:
             args += [fields[name] for name in SRC]
         position = {inst.name: n for n, inst in enumerate(req.instances, 1)}
         groups: dict[str, int] = {}
-        for _, expire, packing, rolling, sealable in req.instances:
+        for _, expire, packing, rolling, sealable, joined in req.instances:
             per_arg: dict[str, int | str] = {
                 "EXPIRE": expire,
                 "BITS": -1 if packing is None else packing.bits,
@@ -266,6 +271,7 @@ class ApplyScript:
                 "NEW": 0 if rolling is None else position.get(rolling.entering, 0),
                 "KEEP": 0 if rolling is None else rolling.keep_from_ms,
                 "SEAL": "1" if sealable else "0",
+                "JOIN": "1" if joined else "0",
             }
             args += [per_arg[name] for name in IA]
         legacy = req.legacy_ttl_ms > 0  # EV's last field, LEGACY_KEY, is sent only while adopting

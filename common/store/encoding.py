@@ -78,6 +78,8 @@ def window_bits(board_type: BoardType, window: Window) -> int | None:
     rolling window's always: its tie, the member's latest event, says which buckets it is in)."""
     if board_type.score_range is None or window.kind is WindowKind.ROLLING:
         return None
+    if board_type.league is not None and window.kind is WindowKind.SEASON:
+        return None  # a division's ties are join orders (common/league.py), not times
     bits = tie_bits(longest_period_ms(window), board_type.tie_break is not TieBreak.NONE)
     return bits if bits is not None and packable(board_type.score_range, bits) else None
 

@@ -35,10 +35,15 @@ board lives in one Cluster slot and one script may touch all of it.
                                        written) only while adopting that release's boards
     <prefix>{<board>}:moving           never written: declared by every apply.lua call, so a call whose
                                        slot is migrating is refused (TRYAGAIN) on both masters
+    <prefix>{<board>}:lg:<season>:s    a league season's seats: hash member -> "<tier>:<order>" (common/
+                                       league.py; common/store/lua/place.lua gives them out)
+    <prefix>{<board>}:lg:<season>:n    and its seats taken: hash tier -> count; both expire with the season
+    <prefix>{<board>}:lg:tier          hash member -> the tier a member starts their next season in
     <prefix>{<board>}:hot              set once the board's state is backfilled into update_cache
     <prefix>{<board>}:hot:lock         held by the worker backfilling it
 
-<instance> is `total` or `<window>:<period id>` (`day:2026-11-22`, `week:2026-W47`).
+<instance> is `total` or `<window>:<period id>` (`day:2026-11-22`, `week:2026-W47`), or for a
+league's division `season:<period id>@<tier>.<n>` (`season:s7@gold.3`: common/league.py).
 
     <prefix>{rolling}:<unit>:<bucket id>  set of the boards whose rolling windows of that unit
                                        need their next period prepared during that bucket
@@ -182,6 +187,19 @@ class BoardKeys:
     def moving(self) -> str:
         """Never written: apply.lua declares it so that no call runs while the slot migrates."""
         return f"{self.tag}:moving"
+
+    def seats(self, season_instance: str) -> str:
+        """A league season's seats (`season_instance`: `season:<period id>`): member -> seat."""
+        return f"{self.tag}:lg:{season_instance}:s"
+
+    def seats_taken(self, season_instance: str) -> str:
+        """A league season's seats taken per tier (how many divisions each has opened)."""
+        return f"{self.tag}:lg:{season_instance}:n"
+
+    @property
+    def tiers(self) -> str:
+        """The tier each member of a league board starts their next season in."""
+        return f"{self.tag}:lg:tier"
 
     @property
     def hot_ready(self) -> str:

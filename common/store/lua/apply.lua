@@ -11,9 +11,11 @@
 --       state hash, tie index directory, reset mark (the seq of its latest reset; ikey below).
 -- ARGV (positions in H, SRC, IA and EV): header, then S sources (fence field, topic id, low
 --       water), then per instance its expire-at ms (0 = never) and packing (tie bits, -1 = the
---       general layout, and the ms its ties count from), then per event F fields: op, member,
+--       general layout, and the ms its ties count from), its rolling role and links, whether its
+--       result may be sealed, whether it is a league division, then per event F fields: op, member,
 --       score, tie ms, meta ('' = none), window mask (bit i-1 set = the event counts in instance i), offset, where
---       (source number * 1000 + array index + 1; 0 = no source), id fingerprint, and while
+--       (source number * 1000 + array index + 1; 0 = no source), id fingerprint, the member's
+--       join order (its tie in a league division: ties there rank by join order), and while
 --       adopting a previous release's board the key of its record of the id (common/store/keys.py).
 -- `--! phase <name>` lines are comments; bench/redis_phases.py turns them into timers (the
 -- time since the previous one is charged to <name>).
@@ -97,6 +99,9 @@ local function load(i, member)
 end
 local packings = {}  -- instance -> ENC.packing (nil: the general layout), read with the ARGV
 local roles, groups, from_, old_, new_, keep_ = {}, {}, {}, {}, {}, {}  -- rolling (IA.ROLE...)
+-- instance -> true: a league division (common/league.py), whose ties are members' join order
+-- (each event's EV.JOIN) instead of event times
+local joined = {}
 local started = {}  -- derived instance -> its preparation began
 local bucket_list = {}  -- the call's rolling buckets (op rebuild sums them)
 local indexes = {}  -- instance -> its tie index (TI.new); false: it keeps a state hash (or is packed)
@@ -323,6 +328,7 @@ for i = 1, W do
   roles[i], groups[i] = ARGV[at + IA.ROLE], ARGV[at + IA.GROUP]
   from_[i], old_[i], new_[i] = tonumber(ARGV[at + IA.FROM]), tonumber(ARGV[at + IA.OLD]), tonumber(ARGV[at + IA.NEW])
   keep_[i] = tonumber(ARGV[at + IA.KEEP])
+  joined[i] = ARGV[at + IA.JOIN] == '1'
   if roles[i] ~= 'z' then any_rolling = true end
   if roles[i] == 'f' then started[i] = redis.call('EXISTS', ikey(i, INST.PREP)) == 1 end
   if roles[i] == 'b' then bucket_list[#bucket_list + 1] = i end
@@ -367,7 +373,7 @@ for e = 1, E do
   local ev = {op = ARGV[at + EV.OP], member = ARGV[at + EV.MEMBER], score = tonumber(ARGV[at + EV.SCORE]),
               tie = tonumber(ARGV[at + EV.TIE_MS]), meta = ARGV[at + EV.META], mask = tonumber(ARGV[at + EV.MASK]),
               offset = tonumber(ARGV[at + EV.OFFSET]), where = tonumber(ARGV[at + EV.WHERE]),
-              fp = ARGV[at + EV.FINGERPRINT],
+              fp = ARGV[at + EV.FINGERPRINT], join = tonumber(ARGV[at + EV.JOIN]),
               legacy_key = legacy and ARGV[at + EV.LEGACY_KEY] or nil}  -- the previous release's record of the id
   at = at + F
   events[e] = ev
@@ -543,7 +549,9 @@ local function decide(ev, member, op, score, tie)
       elseif started[i] or op == 'derive' then new = plan_derived(i, c, post, member) end
     else
       local v = plan(c, op, score)
-      if v then new = {v, packings[i] and ENC.packed_tie(packings[i], tie) or tie} else new = v end
+      if v then
+        new = {v, packings[i] and ENC.packed_tie(packings[i], tie) or (joined[i] and ev.join or tie)}
+      else new = v end
     end
     if new then
       local v = new[1]

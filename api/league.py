@@ -1,0 +1,171 @@
+"""The league routes (docs/http-api.md#leagues): a member's seat and standing, a division's top,
+a tier's divisions, for a board type that declares `league:` (common/league.py). A league's
+season is read from Redis: its seats (who is in which division) and its divisions, each a
+window instance of its own. Ties inside a division rank by join order, so ranks are ordinal."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+from typing import Any
+
+from aiohttp import web
+
+from api import queries
+from api.errors import ApiError
+from api.front import Front
+from api.params import MAX_AROUND, MAX_LIMIT, Asked, Target, int_param, member_id, target
+from api.redis_reader import RedisBoardReader
+from api.routes import ROUTE_PREFIX, answer, warm
+from api.state import APP_STATE
+from common.league import League, division_id, division_instance, parse_division, parse_seat
+from common.ranking import Ties, items, page_ranks
+from common.store.keys import BoardKeys
+from common.store.league import seats_taken
+
+_SEASON = ("at", "order", "period")
+MEMBER_PARAMS = tuple(sorted((*_SEASON, "limit", "n")))
+DIVISION_PARAMS = tuple(sorted((*_SEASON, "limit", "offset")))
+TIER_PARAMS = tuple(sorted((*_SEASON, "limit", "offset")))
+MAX_DIVISIONS = 1000  # a tier's divisions listed in one answer at most
+
+
+def _season(request: Asked) -> tuple[Target, League]:
+    where = target(request, league=True)
+    league = where.board_type.league
+    assert league is not None  # target() refused a type without one
+    if request.query.get("ties", "ordinal") != "ordinal":
+        raise ApiError(400, "bad_parameter", "ties in a division rank by join order: ties must be ordinal")
+    if request.query.get("trend", "0") != "0":
+        raise ApiError(400, "bad_parameter", "a division has no previous period: trend must be 0")
+    return replace(where, ties=Ties.ORDINAL), league
+
+
+def _division(where: Target, tier: str, number: int) -> Target:
+    """The division as the window instance its reads go to."""
+    return replace(where, instance=division_instance(where.instance, tier, number))
+
+
+def _reader(request: Asked, where: Target) -> RedisBoardReader:
+    state = request.app[APP_STATE]
+    return RedisBoardReader(state.redis, BoardKeys(state.key_prefix, where.board), where)
+
+
+def _describe(where: Target, tier: str, number: int) -> dict[str, Any]:
+    return {"board": where.board, "season": where.period, "tier": tier, "division": division_id(tier, number)}
+
+
+@warm
+async def member(request: web.Request) -> web.Response:
+    where, league = _season(request)
+    name = member_id(request.match_info["member"])
+    n = int_param(request, "n", 5, 0, MAX_AROUND)
+    limit = int_param(request, "limit", 10, 0, MAX_LIMIT)
+    state = request.app[APP_STATE]
+    keys = BoardKeys(state.key_prefix, where.board)
+
+    async def build() -> dict[str, Any]:
+        raw = await state.redis.call("HGET", keys.seats(where.instance), name)
+        if raw is None:
+            raise ApiError(404, "member_not_found", f"{name!r} has no seat in season {where.period!r}")
+        seat = parse_seat(raw)
+        number = league.division(seat.order)
+        division = _division(where, seat.tier, number)
+        reader = _reader(request, division)
+        top, near = await asyncio.gather(
+            queries.ranked_page(reader, division, 0, limit),
+            reader.around(name, n, division.reverse, better=False),
+        )
+        page, ranks = top
+        body: dict[str, Any] = {**_describe(where, seat.tier, number), "member": name, "joined": seat.order}
+        if near.found is None:  # seated, without a score now (deleted or erased)
+            body |= {"rank": None, "score": None, "around": []}
+        else:
+            found = queries.located_item(near.found, division)
+            near_ranks = page_ranks(
+                near.start, [e.score for e in near.page.entries], near.ahead, Ties.ORDINAL
+            )
+            body |= {
+                "rank": found["rank"],
+                "score": found["score"],
+                "around": items(near_ranks, near.page.entries),
+            }
+        seq = max(page.seq, near.page.seq)
+        return body | {
+            "members": page.total,
+            "top": items(ranks, page.entries),
+            "source": "redis",
+            "seq": seq,
+        }
+
+    return await answer(request, where, _reader(request, where), build, MEMBER_PARAMS, reads=2)
+
+
+@warm
+async def division_top(request: web.Request) -> web.Response:
+    where, league = _season(request)
+    parsed = parse_division(request.match_info["division"])
+    if parsed is None or parsed[0] not in league.tiers:
+        named = request.match_info["division"]
+        message = f"{named!r} is not a division: <tier>.<n>, tiers {', '.join(league.tiers)}"
+        raise ApiError(400, "bad_division", message)
+    tier, number = parsed
+    offset = int_param(request, "offset", 0, 0, league.division_size)
+    limit = int_param(request, "limit", 10, 1, MAX_LIMIT)
+    division = _division(where, tier, number)
+    reader = _reader(request, division)
+
+    async def build() -> dict[str, Any]:
+        page, ranks = await queries.ranked_page(reader, division, offset, limit)
+        return {**_describe(where, tier, number), "members": page.total, "items": items(ranks, page.entries),
+                "source": "redis", "seq": page.seq}  # fmt: skip
+
+    return await answer(request, division, reader, build, DIVISION_PARAMS)
+
+
+@warm
+async def tier_divisions(request: web.Request) -> web.Response:
+    where, league = _season(request)
+    tier = request.match_info["tier"]
+    if tier not in league.tiers:
+        raise ApiError(400, "bad_tier", f"{tier!r} is not a tier: {', '.join(league.tiers)}")
+    offset = int_param(request, "offset", 0, 0, 10**9)
+    limit = int_param(request, "limit", 100, 1, MAX_DIVISIONS)
+    state = request.app[APP_STATE]
+    keys = BoardKeys(state.key_prefix, where.board)
+
+    async def build() -> dict[str, Any]:
+        raw, seq = await asyncio.gather(
+            state.redis.call("HGETALL", keys.seats_taken(where.instance)), state.redis.call("GET", keys.seq)
+        )
+        pairs = dict(zip(raw[::2], raw[1::2], strict=True)) if isinstance(raw, list) else raw
+        seats = seats_taken(pairs, league)[tier]
+        opened = league.divisions(seats)
+        numbers = range(offset + 1, min(opened, offset + limit) + 1)
+        counts: list[int] = await asyncio.gather(
+            *(
+                state.redis.call("ZCARD", keys.rank(division_instance(where.instance, tier, k)))
+                for k in numbers
+            )
+        )
+        size = league.division_size
+        divisions = [
+            {
+                "division": division_id(tier, k),
+                "seats": min(size, seats - (k - 1) * size),
+                "members": int(count),
+            }
+            for k, count in zip(numbers, counts, strict=True)
+        ]
+        return {"board": where.board, "season": where.period, "tier": tier, "division_size": size,
+                "seats": seats, "total": opened, "divisions": divisions, "source": "redis",
+                "seq": int(seq or 0)}  # fmt: skip
+
+    return await answer(request, where, _reader(request, where), build, TIER_PARAMS, reads=2)
+
+
+def add_routes(app: web.Application, front: Front) -> None:
+    prefix = f"{ROUTE_PREFIX}/league"
+    front.add(app, "GET", f"{prefix}/members/{{member:[^/]+}}", member, guarded=True)
+    front.add(app, "GET", f"{prefix}/divisions/{{division:[^/]+}}/top", division_top, guarded=True)
+    front.add(app, "GET", f"{prefix}/tiers/{{tier:[^/]+}}/divisions", tier_divisions, guarded=True)

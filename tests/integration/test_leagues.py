@@ -1,0 +1,315 @@
+"""Leagues (docs/contract.md §3) on real Redis, both topologies, both ways a chunk is written
+(decided in the worker, or by apply.lua): seats, divisions and standings equal an independent
+model's (tests/league_model.py) exactly, over several seasons, with late joiners, members who
+never return, ties, deletes, redelivery and erases; and two workers applying one league at once
+never seat a member twice or overfill a division."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import threading
+import uuid
+from typing import Any
+
+import pytest
+import redis
+from aiohttp.test_utils import TestClient, TestServer
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
+
+from api.app import create_app
+from common.boards import parse_boards
+from common.events import Op, UpdateEvent
+from common.league import division_instance, parse_seat
+from common.periods import period_at
+from common.store.encoding import Status, decode_member, tie_mode
+from common.store.keys import BoardKeys, window_instance
+from tests.helpers import BOTH_TOPOLOGIES
+from tests.league_model import LeagueEvent, LeagueModel, LeagueRules
+from worker.apply import Applier, Position, Source
+
+pytestmark = pytest.mark.integration
+
+CONFIG = """
+timezone: UTC
+types:
+  arena:
+    windows: [total, season]
+    seasons: {every_days: 7, anchor: 2026-11-02}
+    late_grace: 10d
+    league:
+      division_size: 3
+      tiers: [bronze, silver, gold]
+      promote: {bronze: 0.5, silver: 1}
+      demote: {silver: 1, gold: 0.5}
+      rewards: {top: 1}
+  plain: {windows: [total, season], seasons: {every_days: 7, anchor: 2026-11-02}}
+  golf:
+    order: asc
+    windows: [season]
+    seasons: {every_days: 7, anchor: 2026-11-02}
+    late_grace: 10d
+    league: {division_size: 2, tiers: [only]}
+"""
+BOARDS = parse_boards(CONFIG)
+ARENA = BOARDS.types["arena"]
+SEASON = ARENA.window("season")
+WEEK_MS = 7 * 86_400_000
+START = 1_795_996_800_000  # 2026-11-30 00:00 UTC: a season starts (every 7 days from Nov 2)
+SRC = Source("t", 0, "topic-id", -1)
+
+
+def applier(client: Any, prefix: str, *, decided: bool, now: int) -> Applier:
+    return Applier(client, BOARDS, prefix, 3600, epoch="E", state_cells=1_000_000 if decided else 0,
+                   now_ms=lambda: now)  # fmt: skip
+
+
+def event(board: str, member: str, op: str, score: float, eid: str) -> UpdateEvent:
+    return UpdateEvent(id=eid, board=board, board_type=board.split(":", 1)[0], member=member, op=Op(op),
+                       score=score, ts=None, meta=None)  # fmt: skip
+
+
+def season_id(ts: int) -> str:
+    period = period_at(SEASON, ts, BOARDS.timezone)
+    assert period is not None
+    return period.id
+
+
+def redis_league(client: Any, prefix: str, board: str, season: str, desc: bool = True) -> dict[str, Any]:
+    """What Redis holds of a league season: seats, seats taken, each division's standings."""
+    keys = BoardKeys(prefix, board)
+    inst = window_instance("season", season)
+    seats = {k.decode(): tuple(parse_seat(v)) for k, v in client.hgetall(keys.seats(inst)).items()}
+    taken = {k.decode(): int(v) for k, v in client.hgetall(keys.seats_taken(inst)).items()}
+    board_type = BOARDS.types[board.split(":", 1)[0]]
+    assert board_type.league is not None
+    mode = tie_mode(board_type)
+    divisions = {}
+    for tier, count in taken.items():
+        for number in range(1, board_type.league.divisions(count) + 1):
+            zset = keys.rank(division_instance(inst, tier, number))
+            rows = client.zrange(zset, 0, -1, withscores=True, desc=desc)
+            divisions[(tier, number)] = [(decode_member(mode, m.decode()), float(s)) for m, s in rows]
+    return {"seats": seats, "taken": taken, "divisions": divisions}
+
+
+def model_league(model: LeagueModel, board: str, season: str) -> dict[str, Any]:
+    s = model.season(board, season)
+    divisions = {
+        (tier, number): s.standings(tier, number, model.rules)
+        for tier in s.taken
+        for number in range(1, s.divisions(tier, model.rules) + 1)
+    }
+    return {"seats": dict(s.seats), "taken": dict(s.taken), "divisions": divisions}
+
+
+def stream(
+    rng: random.Random, n: int, members: int, board: str = "arena:x"
+) -> list[tuple[UpdateEvent, int, LeagueEvent]]:
+    """Events over two seasons: members join late, some never return, scores tie often."""
+    out = []
+    for k in range(n):
+        ts = START + (k * 2 * WEEK_MS) // n  # the first half in one season, the rest in the next
+        member = f"m{rng.randrange(min(members, 3 + k // 4))}"  # members keep joining
+        op = rng.choice(["incr", "incr", "incr", "set", "best", "delete"])
+        score = float(rng.choice([1, 2, 5, 10, -3]))
+        eid = f"e{k}"
+        out.append(
+            (
+                event(board, member, op, score, eid),
+                ts,
+                LeagueEvent(board, member, op, score, season_id(ts), eid),
+            )
+        )
+    return out
+
+
+@BOTH_TOPOLOGIES
+@pytest.mark.parametrize("decided", [True, False], ids=["decided", "scripted"])
+def test_seats_divisions_and_standings_equal_the_model(rclient: redis.Redis, settings, decided: bool) -> None:
+    rng = random.Random(7)
+    events = stream(rng, 400, 40)
+    now = START + 2 * WEEK_MS - 1
+    a = applier(rclient, settings.key_prefix, decided=decided, now=now)
+    model = LeagueModel(LeagueRules(3, ("bronze", "silver", "gold"), "bronze"))
+    for i in range(0, len(events), 37):  # batches of 37, each event at its position
+        part = events[i : i + 37]
+        positions = [Position(SRC, i + j, None) for j in range(len(part))]
+        a.apply([(e, ts) for e, ts, _ in part], positions)
+        model.apply(le for _, _, le in part)
+        if i == 0:  # redelivered: nothing changes, nobody takes a second seat
+            outcomes = a.apply([(e, ts) for e, ts, _ in part], positions)
+            assert {o.status for o in outcomes} == {Status.REDELIVERED}
+    seasons = sorted({le.season for _, _, le in events if le.season is not None})
+    assert len(seasons) == 2
+    for season in seasons:
+        got = redis_league(rclient, settings.key_prefix, "arena:x", season)
+        assert got == model_league(model, "arena:x", season)
+        assert max(len(d) for d in got["divisions"].values()) <= 3
+    if decided:  # (the API reads what Redis holds: once per topology)
+        assert asyncio.run(check_api(settings, model, "arena:x", seasons, now)) > 100
+
+
+def ranked(rows: list[tuple[str, float]], first: int = 1) -> list[dict[str, Any]]:
+    return [
+        {"rank": first + k, "member": m, "score": int(s) if s.is_integer() else s}
+        for k, (m, s) in enumerate(rows)
+    ]
+
+
+async def check_api(settings: Any, model: LeagueModel, board: str, seasons: list[str], now: int) -> int:
+    """Every league route against the model: each member's seat, rank, top and neighbours, each
+    division's top, each tier's divisions."""
+    checked = 0
+    app = create_app(settings, BOARDS, clock=lambda: now)
+    async with TestClient(TestServer(app)) as http:
+
+        async def get(path: str, status: int = 200) -> Any:
+            resp = await http.get(f"/v1/boards/{board}/{path}")
+            body = await resp.json()
+            assert resp.status == status, body
+            return body
+
+        for season in seasons:
+            s = model.season(board, season)
+            rules = model.rules
+            for member, (tier, order) in s.seats.items():
+                number = order // rules.division_size + 1
+                standings = s.standings(tier, number, rules)
+                body = await get(f"league/members/{member}?period={season}&n=1&limit=2")
+                at = [m for m, _ in standings].index(member) if member in s.scores else None
+                around = [] if at is None else ranked(standings[max(0, at - 1) : at + 2], max(0, at - 1) + 1)
+                assert body == {
+                    "board": board, "season": season, "tier": tier, "division": f"{tier}.{number}",
+                    "member": member, "joined": order, "rank": None if at is None else at + 1,
+                    "score": None if at is None else ranked(standings)[at]["score"], "around": around,
+                    "members": len(standings), "top": ranked(standings[:2]), "source": "redis",
+                    "seq": body["seq"],
+                }  # fmt: skip
+                checked += 1
+            for tier in rules.tiers:
+                body = await get(f"league/tiers/{tier}/divisions?period={season}")
+                opened = s.divisions(tier, rules)
+                assert body["seats"] == s.taken.get(tier, 0) and body["total"] == opened
+                assert [d["division"] for d in body["divisions"]] == [
+                    f"{tier}.{k}" for k in range(1, opened + 1)
+                ]
+                for k, d in enumerate(body["divisions"], 1):
+                    standings = s.standings(tier, k, rules)
+                    assert d["members"] == len(standings)
+                    top = await get(f"league/divisions/{tier}.{k}/top?period={season}&limit=100")
+                    assert top["items"] == ranked(standings) and top["members"] == len(standings)
+                    checked += 1
+        # what is not a league read is refused with a reason
+        assert (await get("top?window=season", 400))["error"]["code"] == "league_window"
+        assert (await get("league/members/nobody", 404))["error"]["code"] == "member_not_found"
+        assert (await get("league/divisions/gold/top", 400))["error"]["code"] == "bad_division"
+        assert (await get("league/tiers/platinum/divisions", 400))["error"]["code"] == "bad_tier"
+        assert (await get("league/divisions/gold.1/top?ties=shared", 400))["error"]["code"] == "bad_parameter"
+        resp = await http.get("/v1/boards/plain/league/members/a")
+        assert resp.status == 404 and (await resp.json())["error"]["code"] in {
+            "not_a_league",
+            "unknown_board_type",
+        }
+    return checked
+
+
+@BOTH_TOPOLOGIES
+def test_two_workers_at_once_never_seat_a_member_twice_or_overfill_a_division(
+    rclient: redis.Redis, settings
+) -> None:
+    """Two workers (two partitions of a keyless producer) apply one league concurrently: each
+    member has one seat, each tier's seats are numbered 0..n-1 without a gap, each division holds
+    at most its size, and each member's total is the model's (increments commute)."""
+    now = START + 1000
+    members = [f"p{i}" for i in range(60)]
+    rng = random.Random(11)
+    streams: list[list[tuple[UpdateEvent, int]]] = [[], []]
+    totals: dict[str, float] = {}
+    for k in range(1200):
+        member = rng.choice(members)
+        score = float(rng.randrange(1, 5))
+        totals[member] = totals.get(member, 0.0) + score
+        streams[k % 2].append((event("arena:duo", member, "incr", score, f"d{k}"), START + k))
+
+    def run(n: int) -> None:
+        a = applier(rclient, settings.key_prefix, decided=n == 0, now=now)
+        src = Source("t", n, "topic-id", -1)
+        for i in range(0, len(streams[n]), 20):
+            part = streams[n][i : i + 20]
+            a.apply(part, [Position(src, i + j, None) for j in range(len(part))])
+
+    threads = [threading.Thread(target=run, args=(n,)) for n in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    got = redis_league(rclient, settings.key_prefix, "arena:duo", season_id(START))
+    assert sorted(got["seats"]) == sorted(totals)
+    assert got["taken"] == {"bronze": len(totals)}
+    assert sorted(order for _, order in got["seats"].values()) == list(range(len(totals)))
+    placed = {m: (tier, order // 3 + 1) for m, (tier, order) in got["seats"].items()}
+    for division, rows in got["divisions"].items():
+        assert len(rows) <= 3
+        assert all(placed[m] == division for m, _ in rows)
+    assert {m: s for rows in got["divisions"].values() for m, s in rows} == totals
+
+
+OPS = st.sampled_from(["incr", "incr", "set", "best", "delete"])
+SCORES = st.sampled_from([0.0, 1.0, 2.0, -1.0, 2.5, 1e15])
+
+
+@st.composite
+def league_streams(draw: st.DrawFn) -> tuple[str, bool, list[list[tuple[str, str, float, int]]]]:
+    """A board type (desc or asc), whether the worker decides, and batches of (member, op,
+    score, ts): few members, so divisions fill, scores tie and members come and go across the
+    season boundary."""
+    board_type = draw(st.sampled_from(["arena", "golf"]))
+    decided = draw(st.booleans())
+    members = st.sampled_from([f"u{k}" for k in range(draw(st.integers(1, 8)))])
+    event = st.tuples(
+        members, OPS, SCORES, st.sampled_from([START + 1, START + WEEK_MS - 1, START + WEEK_MS])
+    )
+    return (
+        board_type,
+        decided,
+        draw(st.lists(st.lists(event, min_size=1, max_size=8), min_size=1, max_size=5)),
+    )
+
+
+@hsettings(deadline=None, max_examples=150, database=None,
+           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])  # fmt: skip
+@given(case=league_streams())
+def test_any_league_stream_matches_the_model(case, rclient, settings) -> None:
+    """Ops, ties, deletes, members across two seasons, redelivered batches: Redis ends as the
+    model says, whichever way the worker writes."""
+    board_type, decided, batches = case
+    board = f"{board_type}:{uuid.uuid4().hex[:8]}"
+    rules = BOARDS.types[board_type].league
+    assert rules is not None
+    desc = BOARDS.types[board_type].order.value == "desc"
+    model = LeagueModel(LeagueRules(rules.division_size, rules.tiers, rules.entry_tier, desc))
+    a = applier(rclient, settings.key_prefix, decided=decided, now=START + 2 * WEEK_MS - 1)
+    offset = 0
+    for batch in batches:
+        pairs: list[tuple[UpdateEvent, int, LeagueEvent]] = []
+        for member, op, score, ts in batch:
+            eid = f"h{offset + len(pairs)}"
+            pairs.append(
+                (
+                    event(board, member, op, score, eid),
+                    ts,
+                    LeagueEvent(board, member, op, score, season_id(ts), eid),
+                )
+            )
+        positions = [Position(SRC, offset + j, None) for j in range(len(pairs))]
+        a.apply([(e, ts) for e, ts, _ in pairs], positions)
+        a.apply([(e, ts) for e, ts, _ in pairs], positions)  # redelivered: changes nothing
+        model.apply(le for _, _, le in pairs)
+        offset += len(pairs)
+    for season in {season_id(START + 1), season_id(START + WEEK_MS)}:
+        assert redis_league(rclient, settings.key_prefix, board, season, desc) == model_league(
+            model, board, season
+        )
