@@ -466,7 +466,7 @@ class HotBoards:
             end = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)[1]
             consumer.incremental_assign([TopicPartition(topic, partition, end)])
             assigned.add(partition)
-        hot = HotBoard.of(board, tuple(w.name for w in board_type.windows), board_type)
+        hot = HotBoard.of(board, tuple(w.name for w in board_type.memory_windows()), board_type)
         self._loading[board] = promoted.start(
             client, self._config, self._settings.key_prefix, hot,
             now_ms=self._clock(), skew_s=self._settings.max_future_skew_s,

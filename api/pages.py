@@ -27,6 +27,7 @@ from api.live import events
 from api.params import board_of
 from api.routes import ROUTE_PREFIX, json
 from api.state import APP_STATE
+from common.boards import WindowKind
 from common.periods import recent_periods
 
 CSP = (
@@ -128,23 +129,33 @@ async def describe(request: web.Request) -> web.Response:
     board, board_type = board_of(request)  # a bad board id: 400; an unknown type: 404
     state = request.app[APP_STATE]
     now, tz = state.clock(), state.boards.timezone
+    league = board_type.league
     windows: list[dict[str, Any]] = []
     for window in board_type.windows:
         periods: list[str] = []
         if window.periodic:
             kept = recent_periods(window, board_type.retention[window.name], now, now, tz)
             periods = [period.id for period, _ in kept[:MAX_PERIODS]]
-        windows.append({"name": window.name, "kind": window.kind.value, "trend": window.periodic,
-                        "periods": periods})  # fmt: skip
-    return json(
-        {
-            "board": board,
-            "type": board_type.name,
-            "order": board_type.order.value,
-            "hot": board in state.hot.boards,
-            "windows": windows,
+        described = {
+            "name": window.name,
+            "kind": window.kind.value,
+            "trend": window.periodic,
+            "periods": periods,
         }
-    )
+        if league is not None and window.kind is WindowKind.SEASON:
+            described["league"] = True  # read by division: the league routes (api/league.py)
+        windows.append(described)
+    body: dict[str, Any] = {
+        "board": board,
+        "type": board_type.name,
+        "order": board_type.order.value,
+        "hot": board in state.hot.boards,
+        "windows": windows,
+    }
+    if league is not None:
+        body["league"] = {"division_size": league.division_size, "tiers": list(league.tiers),
+                          "entry_tier": league.entry_tier}  # fmt: skip
+    return json(body)
 
 
 def add_pages(app: web.Application, front: Front) -> None:

@@ -125,6 +125,13 @@ class BoardType:
         rolling = tuple(w for w in self.windows if w.kind is WindowKind.ROLLING)
         object.__setattr__(self, "rolling", rolling)
 
+    def memory_windows(self) -> tuple[Window, ...]:
+        """The windows an API node may hold in memory: all but a league's season (its divisions
+        are read from Redis: api/league.py)."""
+        if self.league is None:
+            return self.windows
+        return tuple(w for w in self.windows if w.kind is not WindowKind.SEASON)
+
     def window(self, name: str) -> Window:
         for window in self.windows:
             if window.name == name:
@@ -699,11 +706,10 @@ def _build_hot(index: int, model: _HotModel, types: Mapping[str, BoardType]) -> 
     board_type = types.get(parts[0], types.get(DEFAULT_TYPE))
     if board_type is None:
         raise _InvalidConfigError(f"{path}.board", f"board type {parts[0]!r} is not configured")
-    # a league's season is served from Redis (its divisions are not kept in memory)
-    league_season = SEASON_WINDOW if board_type.league is not None else None
     if model.windows is None:
-        names = tuple(window.name for window in board_type.windows if window.name != league_season)
-        return HotBoard(board=model.board, windows=names)
+        return HotBoard(
+            board=model.board, windows=tuple(window.name for window in board_type.memory_windows())
+        )
     if not model.windows:
         raise _InvalidConfigError(f"{path}.windows", "at least one window is required (omit the key for all)")
     known = [window.name for window in board_type.windows]
@@ -717,6 +723,6 @@ def _build_hot(index: int, model: _HotModel, types: Mapping[str, BoardType]) -> 
             )
         if window_name in model.windows[:position]:
             raise _InvalidConfigError(window_path, f"duplicate window {window_name!r}")
-        if window_name == league_season:
+        if board_type.window(window_name) not in board_type.memory_windows():
             raise _InvalidConfigError(window_path, "a league's season is read from Redis, not from memory")
     return HotBoard(board=model.board, windows=tuple(model.windows))

@@ -164,7 +164,7 @@ async function start() {
   const wanted = new URLSearchParams(location.search);
   try {
     const described = await get(base);
-    windows = described.windows;
+    windows = described.windows.filter((w) => !w.league); // a league's season is read by division
   } catch (error) {
     problem(String(error.message));
     return;

@@ -48,7 +48,7 @@ def fill(settings: Settings, client: redis.Redis) -> None:
     now = int(time.time() * 1000)
     events = []
     for i, member in enumerate(MEMBERS):
-        for board in ("gift:room42", "gift:room7", "coins:global", "level:season3", "live:x"):
+        for board in ("gift:room42", "gift:room7", "coins:global", "level:season3", "live:x", "arena:eu"):
             meta = orjson.dumps({"name": member.upper()}) if i % 3 == 0 else None
             event = UpdateEvent(
                 f"{board}-{i}", board, board.split(":")[0], member, Op.INCR, float(i % 7), None, meta
@@ -124,10 +124,15 @@ def test_every_answer_conforms_to_the_spec(api_server, tmp_path):
     del spec["paths"]["/v1/boards/{board}/events"]  # a stream never ends: test_live.py's
     # steer generation onto real boards and members, so it reaches the ranking code, not 404s
     params = spec["components"]["parameters"]
-    boards = ["gift:room42", "coins:global", "level:season3", "live:x"]
+    boards = ["gift:room42", "coins:global", "level:season3", "live:x", "arena:eu"]
     params["board"]["schema"] = {"type": "string", "enum": boards}
     params["member"]["schema"] = {"type": "string", "enum": [*MEMBERS[:5], "ghost"]}
     params["window"]["schema"] = {"type": "string", "enum": ["total", "day", "hour", "30min", "season"]}
+    league = {"division": ["bronze.1", "bronze.2", "gold.1", "gold"], "tier": ["bronze", "gold", "tin"]}
+    for route in spec["paths"].values():  # and onto the league's divisions and tiers (arena:eu's)
+        for param in route.get("get", {}).get("parameters", []):
+            if param.get("name") in league and param.get("in") == "path":
+                param["schema"] = {"type": "string", "enum": league[param["name"]]}
     path = tmp_path / "spec.json"
     path.write_bytes(orjson.dumps(spec))
     checks = "not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance"

@@ -12,9 +12,11 @@ import threading
 import uuid
 from typing import Any
 
+import orjson
 import pytest
 import redis
 from aiohttp.test_utils import TestClient, TestServer
+from confluent_kafka import Producer
 from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
@@ -26,7 +28,10 @@ from common.league import division_instance, parse_seat
 from common.periods import period_at
 from common.store.encoding import Status, decode_member, tie_mode
 from common.store.keys import BoardKeys, window_instance
-from tests.helpers import BOTH_TOPOLOGIES
+from rankstream.stack import free_port
+from rankstream.topics import ensure_topics
+from tests.helpers import BOTH_TOPOLOGIES, committed_so_far, stop_workers, wait_for
+from tests.integration.test_worker_oracle import worker_process
 from tests.league_model import LeagueEvent, LeagueModel, LeagueRules
 from worker.apply import Applier, Position, Source
 
@@ -59,6 +64,7 @@ SEASON = ARENA.window("season")
 WEEK_MS = 7 * 86_400_000
 START = 1_795_996_800_000  # 2026-11-30 00:00 UTC: a season starts (every 7 days from Nov 2)
 SRC = Source("t", 0, "topic-id", -1)
+EVENTS = 20_000  # the kill -9 test's stream
 
 
 def applier(client: Any, prefix: str, *, decided: bool, now: int) -> Applier:
@@ -249,11 +255,7 @@ def test_two_workers_at_once_never_seat_a_member_twice_or_overfill_a_division(
     got = redis_league(rclient, settings.key_prefix, "arena:duo", season_id(START))
     assert sorted(got["seats"]) == sorted(totals)
     assert got["taken"] == {"bronze": len(totals)}
-    assert sorted(order for _, order in got["seats"].values()) == list(range(len(totals)))
-    placed = {m: (tier, order // 3 + 1) for m, (tier, order) in got["seats"].items()}
-    for division, rows in got["divisions"].items():
-        assert len(rows) <= 3
-        assert all(placed[m] == division for m, _ in rows)
+    check_seats(got, 3)
     assert {m: s for rows in got["divisions"].values() for m, s in rows} == totals
 
 
@@ -313,3 +315,149 @@ def test_any_league_stream_matches_the_model(case, rclient, settings) -> None:
         assert redis_league(rclient, settings.key_prefix, board, season, desc) == model_league(
             model, board, season
         )
+
+
+LIVE_CONFIG = """
+timezone: UTC
+types:
+  arena:
+    windows: [total, season]
+    seasons: {every_days: 7, anchor: 2026-11-02}
+    league: {division_size: 7, tiers: [bronze, silver]}
+"""
+
+
+def league_totals(client: Any, prefix: str, board: str) -> tuple[dict[str, float], int]:
+    """Every member's score summed over the seasons Redis holds, checking on the way that each
+    season seats each member once, numbers each tier's seats 0..n-1 and keeps every member in
+    their seat's division only; and the seats taken."""
+    totals: dict[str, float] = {}
+    seated = 0
+    keys = BoardKeys(prefix, board)
+    for raw in client.scan_iter(match=f"{keys.tag}:lg:season:*:s", count=1000):
+        season = raw.decode().split(":lg:season:", 1)[1].removesuffix(":s")
+        got = redis_league(client, prefix, board, season)
+        check_seats(got, 7)
+        for rows in got["divisions"].values():
+            for member, score in rows:
+                totals[member] = totals.get(member, 0.0) + score
+        seated += len(got["seats"])
+    return totals, seated
+
+
+def check_seats(got: dict[str, Any], size: int) -> None:
+    """One seat per member, each tier's seats numbered 0..n-1, no division over its size, each
+    member in their seat's division only."""
+    orders: dict[str, list[int]] = {}
+    for tier, order in got["seats"].values():
+        orders.setdefault(tier, []).append(order)
+    assert {t: sorted(o) for t, o in orders.items()} == {t: list(range(n)) for t, n in got["taken"].items()}
+    listed = [m for rows in got["divisions"].values() for m, _ in rows]
+    assert len(listed) == len(set(listed)), "a member in two divisions"
+    for (tier, number), rows in got["divisions"].items():
+        assert len(rows) <= size, f"division {tier}.{number} holds {len(rows)}"
+        for member, _ in rows:
+            seat = got["seats"][member]
+            assert (seat[0], seat[1] // size + 1) == (tier, number)
+
+
+def test_seats_counted_from_a_stale_count_would_be_caught(rclient: redis.Redis, settings) -> None:
+    """What place.lua's atomicity prevents, done by hand: two workers each read the seats taken,
+    then seat their own members from that count. The seat check catches it (two members on one
+    seat), so the concurrent tests' passing says something."""
+    keys = BoardKeys(settings.key_prefix, "arena:stale")
+    inst = window_instance("season", season_id(START))
+    taken = int(rclient.hget(keys.seats_taken(inst), "bronze") or 0)  # worker a reads ...
+    again = int(rclient.hget(keys.seats_taken(inst), "bronze") or 0)  # ... and so does worker b
+    for member, order in (("a1", taken), ("b1", again)):
+        rclient.hset(keys.seats(inst), member, f"bronze:{order}")
+        rclient.hset(keys.seats_taken(inst), "bronze", order + 1)
+    with pytest.raises(AssertionError):
+        check_seats(redis_league(rclient, settings.key_prefix, "arena:stale", season_id(START)), 3)
+
+
+@BOTH_TOPOLOGIES
+@pytest.mark.slow
+def test_two_workers_and_a_kill_9_on_a_keyless_stream_seat_each_member_once(make_settings, tmp_path, rclient):
+    """A keyless producer spreads one league's events over every partition; two worker
+    processes apply them at once, one is killed -9 mid-stream and a new one takes its place
+    (redelivery): every member ends with one seat, no division overfills, and every total is
+    exact (increments commute)."""
+    boards = tmp_path / "boards.yaml"
+    boards.write_text(LIVE_CONFIG)
+    settings = make_settings(boards=boards)
+    ensure_topics(settings)
+    rng = random.Random(5)
+    totals: dict[str, float] = {}
+    producer = Producer({"bootstrap.servers": settings.kafka_bootstrap, "linger.ms": 5})
+    for k in range(EVENTS):
+        member = f"p{rng.randrange(400)}"
+        score = rng.randrange(1, 9)
+        totals[member] = totals.get(member, 0.0) + score
+        value = orjson.dumps(
+            {"id": f"k{k}", "board": "arena:live", "member": member, "score": score, "op": "incr"}
+        )
+        producer.produce(settings.topic_updates, value, key=None)  # keyless: any partition
+        if k % 1000 == 0:
+            producer.poll(0)
+    assert producer.flush(30) == 0
+    slow = {"RANKSTREAM_WORKER_BATCH_SIZE": "200"}
+    a = worker_process(settings, free_port(), worker_id="pod-a", extra_env=slow)
+    b = worker_process(settings, free_port(), worker_id="pod-b", extra_env=slow)
+    c = None
+    seq = BoardKeys(settings.key_prefix, "arena:live").seq
+    try:
+        wait_for(lambda: int(rclient.get(seq) or 0) > EVENTS * 0.3, 90, "30% applied")
+        a.kill()  # kill -9, mid-stream: what it applied but did not commit comes again
+        a.wait(10)
+        assert int(rclient.get(seq) or 0) < EVENTS, "the kill came too late to test anything"
+        c = worker_process(settings, free_port(), worker_id="pod-a", extra_env=slow)
+        wait_for(lambda: committed_so_far(settings) == EVENTS, 120, "every event committed")
+    finally:
+        stop_workers(a, b, c)
+    assert int(rclient.get(seq) or 0) == EVENTS  # each event applied once
+    got, seated = league_totals(rclient, settings.key_prefix, "arena:live")
+    assert got == totals
+    assert seated >= len(totals)  # (a member seen in two seasons has a seat in each)
+
+
+@BOTH_TOPOLOGIES
+def test_an_erase_and_a_reset_empty_divisions_and_keep_seats(rclient: redis.Redis, settings) -> None:
+    """An erase removes the member from their division (their seat stays: nobody takes it); a
+    reset of the season empties every division of it, seats and all their counts kept; the
+    members' next events count in the same divisions again."""
+    now = START + 1000
+    a = applier(rclient, settings.key_prefix, decided=True, now=now)
+    board, season = "arena:ctl", season_id(START)
+    a.apply([(event(board, f"c{k}", "incr", float(10 - k), f"c{k}"), START + k) for k in range(7)])
+    before = redis_league(rclient, settings.key_prefix, board, season)
+    assert before["taken"] == {"bronze": 7} and len(before["divisions"]) == 3
+
+    erase = UpdateEvent(
+        id="x1", board=board, board_type="arena", member="c4", op=Op.ERASE, score=0.0, ts=None, meta=None
+    )
+    (outcome,) = a.apply([(erase, now)])
+    assert outcome.status is Status.APPLIED
+    got = redis_league(rclient, settings.key_prefix, board, season)
+    assert got["seats"] == before["seats"] and got["taken"] == before["taken"]
+    assert got["divisions"][("bronze", 2)] == [("c3", 7.0), ("c5", 5.0)]
+    a.apply([(event(board, "new", "incr", 1.0, "n1"), START + 50)])  # takes seat 7, not c4's
+    assert redis_league(rclient, settings.key_prefix, board, season)["seats"]["new"] == ("bronze", 7)
+
+    reset = UpdateEvent(
+        id="r1", board=board, board_type="arena", member="season", op=Op.RESET, score=0.0, ts=None, meta=None
+    )
+    (outcome,) = a.apply([(reset, now)])
+    assert outcome.status is Status.APPLIED
+    got = redis_league(rclient, settings.key_prefix, board, season)
+    assert got["taken"] == {"bronze": 8} and all(rows == [] for rows in got["divisions"].values())
+    a.apply(
+        [
+            (event(board, "c4", "incr", 3.0, "c4b"), START + 60),
+            (event(board, "c0", "incr", 3.0, "c0b"), START + 61),
+        ]
+    )
+    got = redis_league(rclient, settings.key_prefix, board, season)
+    assert got["divisions"][("bronze", 1)] == [("c0", 3.0)] and got["divisions"][("bronze", 2)] == [
+        ("c4", 3.0)
+    ]
