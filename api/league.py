@@ -15,13 +15,13 @@ from api import queries
 from api.errors import ApiError
 from api.front import Front
 from api.params import MAX_AROUND, MAX_LIMIT, Asked, Target, int_param, member_id, target
-from api.redis_reader import RedisBoardReader
+from api.redis_reader import RedisBoardReader, window_ref
 from api.routes import ROUTE_PREFIX, answer, warm
 from api.state import APP_STATE
 from common.league import League, division_id, division_instance, parse_division, parse_seat
-from common.ranking import Ties, items, page_ranks
+from common.ranking import Ties, items, json_score
 from common.store.keys import BoardKeys
-from common.store.league import seats_taken
+from common.store.league import seats_taken, standing
 
 _SEASON = ("at", "order", "period")
 MEMBER_PARAMS = tuple(sorted((*_SEASON, "limit", "n")))
@@ -71,32 +71,27 @@ async def member(request: web.Request) -> web.Response:
         seat = parse_seat(raw)
         number = league.division(seat.order)
         division = _division(where, seat.tier, number)
-        reader = _reader(request, division)
-        top, near = await asyncio.gather(
-            queries.ranked_page(reader, division, 0, limit),
-            reader.around(name, n, division.reverse, better=False),
+        got = await standing(
+            state.redis,
+            window_ref(keys, division),
+            name,
+            seat.order,
+            n=n,
+            limit=limit,
+            reverse=division.reverse,
         )
-        page, ranks = top
         body: dict[str, Any] = {**_describe(where, seat.tier, number), "member": name, "joined": seat.order}
-        if near.found is None:  # seated, without a score now (deleted or erased)
+        if got.position is None or got.score is None:  # seated, without a score now (deleted, erased)
             body |= {"rank": None, "score": None, "around": []}
         else:
-            found = queries.located_item(near.found, division)
-            near_ranks = page_ranks(
-                near.start, [e.score for e in near.page.entries], near.ahead, Ties.ORDINAL
-            )
+            near = list(range(got.start + 1, got.start + 1 + len(got.around)))
             body |= {
-                "rank": found["rank"],
-                "score": found["score"],
-                "around": items(near_ranks, near.page.entries),
+                "rank": got.position + 1,
+                "score": json_score(got.score),
+                "around": items(near, got.around),
             }
-        seq = max(page.seq, near.page.seq)
-        return body | {
-            "members": page.total,
-            "top": items(ranks, page.entries),
-            "source": "redis",
-            "seq": seq,
-        }
+        top = items(list(range(1, len(got.top) + 1)), got.top)
+        return body | {"members": got.members, "top": top, "source": "redis", "seq": got.seq}
 
     return await answer(request, where, _reader(request, where), build, MEMBER_PARAMS, reads=2)
 

@@ -20,7 +20,7 @@ from common.errors import RankstreamError
 
 # In run order; a name whose module (bench/<name>.py or bench/<name>/) does not exist yet is
 # skipped by default.
-KNOWN = ("worker", "rolling", "results", "seal", "api", "hot", "sse", "failover", "scale")
+KNOWN = ("worker", "rolling", "results", "seal", "leagues", "api", "hot", "sse", "failover", "scale")
 
 
 def available() -> list[str]:

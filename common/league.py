@@ -56,6 +56,17 @@ class League:
         """How many divisions a tier with `seats` seats taken has opened."""
         return (seats + self.division_size - 1) // self.division_size
 
+    def outcome(self, tier: str, rank: int, members: int) -> str:
+        """The tier a member ranked `rank` of the `members` with a score in their division of
+        `tier` ends the season in: promoted first, then demoted (place.lua decides the same)."""
+        t = self.tiers.index(tier)
+        up, down = self.promote.get(tier), self.demote.get(tier)
+        if t < len(self.tiers) - 1 and up is not None and rank <= up.of(members):
+            return self.tiers[t + 1]
+        if t > 0 and down is not None and rank > members - down.of(members):
+            return self.tiers[t - 1]
+        return tier
+
 
 class Seat(NamedTuple):
     tier: str

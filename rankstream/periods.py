@@ -26,6 +26,7 @@ from common.store import periodmark
 from common.store.keys import BoardKeys, results_due, window_instance
 from common.store.shards import shard_names
 from common.store.topology import Store
+from common.windows import SEASON_WINDOW
 from rankstream.admin import board_type_of
 from rankstream.show import table
 
@@ -42,6 +43,9 @@ class Closed:
 
 
 def _declared(board_type: BoardType, window: str | None) -> list[Window]:
+    if board_type.league is not None and window == SEASON_WINDOW:
+        raise ConfigError(f"board type {board_type.name!r} is a league: its seasons' records are not "
+                          "listed nor republished by this command yet (docs/leagues.md)")  # fmt: skip
     if board_type.results is None:
         raise ConfigError(f"board type {board_type.name!r} declares no period_results: it emits no results")
     declared = sorted(board_type.results.windows)

@@ -1,16 +1,22 @@
-"""An independent model of leagues (docs/contract.md §3), written from the contract, not from
-the worker: seats, divisions and their standings, per board and season.
+"""An independent model of leagues (docs/leagues.md), written from the contract, not from the
+worker: seats, divisions, standings and tiers across seasons, per board.
 
 Events are applied in the order given (the order the worker applied them: one partition's
-stream order). The first incr, set or best of a member in a season seats them: the next seat of
-their tier, counted from 0; seat k is in division k // size + 1. A delete removes the member's
-score and keeps their seat. Inside a division, members rank by score in the board's order, then
-by seat (join order).
+stream order), each with the season it falls in (None: no season takes it, by its time or the
+service's clock) and the seasons before it still kept, newest first. The first incr, set or best
+of a member in a season seats them: the next seat of their tier, counted from 0; seat k is in
+division k // size + 1. Their tier: the one the latest of those earlier seasons they sat in
+ended them in (promoted if their final rank in their division is within the tier's promotion,
+else demoted if within its demotion from the bottom; kept without a score there), the entry
+tier if none. A season is final once the next one seats a member, or once a member returning
+from it is seated: its later events count nowhere in the league. A delete or erase removes the
+member's score and keeps their seat. Inside a division, members rank by score in the board's
+order, then by seat.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 
@@ -20,6 +26,10 @@ class LeagueRules:
     tiers: tuple[str, ...]  # lowest first
     entry_tier: str
     desc: bool = True
+    # tier -> ("c", count) or ("f", fraction) of a division's members with a score
+    promote: Mapping[str, tuple[str, float]] = field(default_factory=dict)
+    demote: Mapping[str, tuple[str, float]] = field(default_factory=dict)
+    rewards_top: int = 0
 
 
 @dataclass(frozen=True)
@@ -28,8 +38,9 @@ class LeagueEvent:
     member: str
     op: str  # incr | set | best | delete | erase
     score: float
-    season: str | None  # the season period the event falls in (None: none takes it)
+    season: str | None  # the season it counts in (None: none takes it)
     id: str = ""
+    earlier: tuple[str, ...] = ()  # the seasons before `season` still kept, newest first
 
 
 @dataclass
@@ -37,10 +48,7 @@ class SeasonModel:
     seats: dict[str, tuple[str, int]] = field(default_factory=dict)  # member -> (tier, order)
     taken: dict[str, int] = field(default_factory=dict)  # tier -> seats taken
     scores: dict[str, float] = field(default_factory=dict)  # member -> score (absent: none)
-
-    def division_of(self, member: str, size: int) -> tuple[str, int] | None:
-        seat = self.seats.get(member)
-        return None if seat is None else (seat[0], seat[1] // size + 1)
+    sealed: bool = False
 
     def standings(self, tier: str, number: int, rules: LeagueRules) -> list[tuple[str, float]]:
         """A division's members with a score, best first."""
@@ -56,11 +64,30 @@ class SeasonModel:
     def divisions(self, tier: str, rules: LeagueRules) -> int:
         return -(-self.taken.get(tier, 0) // rules.division_size)
 
+    def outcome(self, member: str, rules: LeagueRules) -> tuple[str, int | None]:
+        """(the tier the member ends this season in, their final rank in their division)."""
+        tier, order = self.seats[member]
+        if member not in self.scores:
+            return tier, None
+        standings = [m for m, _ in self.standings(tier, order // rules.division_size + 1, rules)]
+        rank, n, t = standings.index(member) + 1, len(standings), rules.tiers.index(tier)
+        if t < len(rules.tiers) - 1 and rank <= _moved(rules.promote.get(tier), n):
+            return rules.tiers[t + 1], rank
+        if t > 0 and rank > n - _moved(rules.demote.get(tier), n):
+            return rules.tiers[t - 1], rank
+        return tier, rank
+
+
+def _moved(rule: tuple[str, float] | None, members: int) -> int:
+    if rule is None:
+        return 0
+    kind, value = rule
+    return min(int(value), members) if kind == "c" else int(value * members)
+
 
 @dataclass
 class LeagueModel:
     rules: LeagueRules
-    carried: Callable[[str, str], str | None] = lambda board, member: None  # a member's tier, if any
     seasons: dict[tuple[str, str], SeasonModel] = field(default_factory=dict)
     seen: set[tuple[str, str]] = field(default_factory=set)  # (board, id) applied
 
@@ -76,18 +103,30 @@ class LeagueModel:
             if ev.season is None:
                 continue
             s = self.season(ev.board, ev.season)
+            if s.sealed:
+                continue
             if ev.op in ("delete", "erase"):
-                s.scores.pop(ev.member, None)
+                if ev.member in s.seats:
+                    s.scores.pop(ev.member, None)
                 continue
             if ev.member not in s.seats:
-                tier = self.carried(ev.board, ev.member)
-                if tier not in self.rules.tiers:
-                    tier = self.rules.entry_tier
-                order = s.taken.get(tier, 0)
-                s.taken[tier] = order + 1
-                s.seats[ev.member] = (tier, order)
+                self._seat(ev, s)
             old = s.scores.get(ev.member)
             if ev.op == "incr":
                 s.scores[ev.member] = (old or 0.0) + ev.score
             elif ev.op == "set" or old is None or ((ev.score > old) if self.rules.desc else (ev.score < old)):
                 s.scores[ev.member] = ev.score
+
+    def _seat(self, ev: LeagueEvent, s: SeasonModel) -> None:
+        if ev.earlier:
+            self.season(ev.board, ev.earlier[0]).sealed = True
+        tier = self.rules.entry_tier
+        for earlier in ev.earlier:
+            was = self.season(ev.board, earlier)
+            if ev.member in was.seats:
+                was.sealed = True
+                tier = was.outcome(ev.member, self.rules)[0]
+                break
+        order = s.taken.get(tier, 0)
+        s.taken[tier] = order + 1
+        s.seats[ev.member] = (tier, order)

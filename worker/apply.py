@@ -17,8 +17,16 @@ from common.control import parse_selector
 from common.errors import InfrastructureError
 from common.events import CONTROL_OPS, Op, UpdateEvent, ts_ceiling
 from common.idwindow import LISTPACK_CAP, fingerprint
-from common.league import League, seat_instance
-from common.periods import Period, PeriodCache, expire_at_ms, no_period_span, parse_period, recent_periods
+from common.league import seat_instance
+from common.periods import (
+    Period,
+    PeriodCache,
+    expire_at_ms,
+    no_period_span,
+    parse_period,
+    previous_period,
+    recent_periods,
+)
 from common.results import result_due_ms, result_key
 from common.store import shardcount
 from common.store.apply import (
@@ -48,11 +56,12 @@ from common.store.shards import shard_names, shard_of
 from common.store.slotmarks import mark_of
 from common.store.topology import Store
 from common.windows import MAX_INSTANCES_PER_CALL as WINDOW_INSTANCES_PER_CALL
+from common.windows import SEASON_WINDOW
 from worker.boardstate import DEFAULT_MAX_CELLS, BoardStates, decidable
 from worker.faults import is_infrastructure
 from worker.promotions import Promotions
 from worker.rolling_slots import RollingSlots, results_of, unit_window
-from worker.seats import Seats, division, season_of
+from worker.seats import Seats, Wanted, division, season_of
 
 _log = logging.getLogger(__name__)
 MAX_EVENTS_PER_CALL = 500  # bounds the time one script blocks Redis
@@ -68,6 +77,12 @@ ROLLING_COUNTS_PER_CALL = 48
 DECIDED_ROLLING_COUNTS_PER_CALL = 192
 # the window mask is a Lua double: 53 exact bits (control ops excepted; common/windows.py)
 MAX_INSTANCES_PER_CALL = WINDOW_INSTANCES_PER_CALL
+# A league board's events spread over its divisions, each an instance: the chunks the worker
+# decides (no mask to fit in a Lua double) hold this many instances at most, so a batch's events
+# go in one transaction rather than one per 53 instances (~10x the transactions, and the id
+# window's writes cut as thin); one that goes to apply.lua after all is cut into its calls
+# (Applier._pieces)
+DECIDED_INSTANCES_PER_CALL = 1024
 PROMOTION_TRIES = 3  # calls a board's changing registration may refuse before the batch goes again
 
 
@@ -144,6 +159,9 @@ class _Slot(NamedTuple):
     late_after: int  # ms: from then on the instance takes no event
     period: Period | None  # its period, when the type emits the window's results (else None)
     window: str
+    # ms: before then it takes no event either: a league's season, until it begins by the clock
+    # (its first seat seals the season before it: docs/leagues.md)
+    opens_at: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,6 +227,7 @@ class _Chunk:
     # MAX_INSTANCES_PER_CALL may be: apply.lua ignores a control op's mask)
     control: bool = False
     rolling_counts: int = ROLLING_COUNTS_PER_CALL  # at most, on a board with rolling windows
+    max_instances: int = MAX_INSTANCES_PER_CALL
     instances: dict[str, tuple[int, Instance]] = field(default_factory=dict)  # name -> (bit, instance)
     events: list[_Entry] = field(default_factory=list)
     counts: int = 0  # (event, instance) pairs: the instances each event counts in, summed
@@ -225,7 +244,7 @@ class _Chunk:
         if id(pairs) in self._masks:
             return True
         new = len({inst.name for inst in (*pairs, *deps) if inst.name not in self.instances})
-        return len(self.instances) + new <= MAX_INSTANCES_PER_CALL
+        return len(self.instances) + new <= self.max_instances
 
     def add(
         self,
@@ -318,6 +337,7 @@ class Applier:
         # the boards' state for deciding in the worker (worker/boardstate.py); None: apply.lua decides
         self.states = BoardStates(state_cells) if state_cells > 0 else None
         self.seats = Seats(key_prefix)  # league seats (worker/seats.py)
+        self._leagues = any(t.league is not None for t in boards.types.values())
 
     @property
     def epoch(self) -> str:
@@ -359,7 +379,11 @@ class Applier:
                 # Redis' word rather than this clock's (sealed early by an emitter whose clock leads)
                 emits = results_of(board_type, window)
                 instance = _period_instance(board_type, window, period, expire)._replace(sealable=emits)
-                slots.append(_Slot(instance, late_after, period if emits else None, window.name))
+                # a league's season: its end emits its divisions' records (common/league_results.py)
+                league = board_type.league is not None and window.kind is WindowKind.SEASON
+                opens = period.start_ms if league else 0
+                ends = period if emits or league else None
+                slots.append(_Slot(instance, late_after, ends, window.name, opens))
                 start, end = max(start, period.reuse_from), min(end, period.reuse_until)
             # rolling windows depend on the clock too: _instances
         cached = _Slots(start, end, slots)
@@ -478,7 +502,8 @@ class Applier:
         chunks: list[_Chunk] = []
         memo = _Memo()
         dues: dict[str, tuple[BoardType, set[tuple[str, str, Period]]]] = {}
-        rolling_counts = ROLLING_COUNTS_PER_CALL if self.states is None else DECIDED_ROLLING_COUNTS_PER_CALL
+        decided = self.states is not None
+        rolling_counts = DECIDED_ROLLING_COUNTS_PER_CALL if decided else ROLLING_COUNTS_PER_CALL
         self._seat(events, now, memo)
         divisions: dict[tuple[int, str], list[Instance]] = {}  # events in one division share a list
         for (event, ts), position in zip(events, positions, strict=True):
@@ -522,7 +547,8 @@ class Applier:
             for board in names:
                 chunk = open_chunks.get(board)
                 if chunk is None or not chunk.fits(pairs, alone, deps):
-                    chunk = _Chunk(board, board_type, control=alone, rolling_counts=rolling_counts)
+                    chunk = _Chunk(board, board_type, control=alone, rolling_counts=rolling_counts,
+                                   max_instances=_max_instances(board_type, decided))  # fmt: skip
                     open_chunks[board] = chunk
                     chunks.append(chunk)
                 chunk.add(event, ts, pairs, late, position, closed=closed, deps=deps, wide=wide, join=join)
@@ -534,7 +560,7 @@ class Applier:
     def _seat(self, events: Sequence[tuple[UpdateEvent, int]], now: int, memo: _Memo) -> None:
         """Seat, in stream order, the members whose first event of a league season is in the
         batch (an incr, set or best its season still takes, on a board still open)."""
-        wanted: dict[tuple[str, str], tuple[Instance, League, dict[str, None]]] = {}
+        wanted: dict[tuple[str, str], tuple[Wanted, dict[str, None]]] = {}
         for event, ts in events:
             if event.op not in _SEATING:
                 continue
@@ -551,14 +577,53 @@ class Applier:
             if season is None or self.seats.get(event.board, season.name, event.member) is not None:
                 continue
             key = (event.board, season.name)
-            wanted.setdefault(key, (season, board_type.league, {}))[2][event.member] = None
-        self.seats.take(
-            self._client,
-            [
-                (board, season, league, list(members))
-                for (board, _), (season, league, members) in wanted.items()
-            ],
-        )
+            if key not in wanted:
+                wanted[key] = (self._wanted(event.board, board_type, season, ts), {})
+            wanted[key][1][event.member] = None
+        self.seats.take(self._client, [w._replace(members=list(members)) for w, members in wanted.values()])
+
+    def _season_change(self, events: Sequence[tuple[UpdateEvent, int]]) -> int:
+        """Where a batch is cut (0: nowhere): at the first event that seats a member in a league
+        season after an event of the same board counted in another of its seasons. A seat seals
+        the season before its own, and the member's latest earlier one (place.lua), and every
+        seat of a batch is taken before its events are applied: so every event of another
+        season that comes before a seat in the stream is applied first."""
+        if not self._leagues:
+            return 0
+        now, memo = self._now_ms(), _Memo()
+        seen: dict[str, set[str]] = {}  # board -> the league seasons its events counted in so far
+        for k, (event, ts) in enumerate(events):
+            board_type = self._boards.type_for(event.board_type)
+            if board_type is None or board_type.league is None or event.op in CONTROL_OPS:
+                continue
+            try:
+                season = season_of(self._instances(board_type, ts, now, memo).pairs)
+            except Exception:  # noqa: BLE001, S112 - the main loop dead-letters it
+                continue
+            if season is None:
+                continue
+            before = seen.setdefault(event.board, set())
+            seats = event.op in _SEATING and self.seats.get(event.board, season.name, event.member) is None
+            if seats and before - {season.name}:
+                return k
+            before.add(season.name)
+        return 0
+
+    def _wanted(self, board: str, board_type: BoardType, season: Instance, ts: int) -> Wanted:
+        """A league season to seat members in, and the seasons before it still kept, newest
+        first: the first is sealed by the first seat, and a returning member's tier comes from
+        the latest they sat in."""
+        window = board_type.window(SEASON_WINDOW)
+        tz = self._boards.timezone
+        retention = board_type.retention[window.name]
+        period = self._periods.at(window, ts)
+        earlier: list[tuple[str, int]] = []
+        while period is not None and len(earlier) < retention - 1:
+            period = previous_period(window, period, tz)
+            if period is not None:
+                expire = expire_at_ms(window, period, retention, tz)
+                earlier.append((window_instance(window.name, period.id), expire))
+        return Wanted(board, board_type, season, earlier, [])
 
     def _in_league(
         self,
@@ -680,10 +745,15 @@ class Applier:
         callers outside the stream). Outcomes come back per board in stream order; failures are
         events that raised something other than an infrastructure fault (those propagate: the
         caller rewinds and retries the batch)."""
-        failures: list[Failure] = []
-        outcomes: list[Outcome] = []
         if positions is None:
             positions = [None] * len(events)
+        cut = self._season_change(events)
+        if cut:  # what comes before a league's next season seats anyone is applied first
+            before, failed_before = self.apply_isolated(events[:cut], positions[:cut])
+            after, failed_after = self.apply_isolated(events[cut:], positions[cut:])
+            return before + after, failed_before + failed_after
+        failures: list[Failure] = []
+        outcomes: list[Outcome] = []
         chunks = self._chunks(events, positions, failures)
         for round_ in _rounds(chunks):
             wants = [bool(self._boards.hot_windows(chunk.board)) for chunk in round_]
@@ -761,9 +831,11 @@ class Applier:
         return results
 
     def _pieces(self, chunk: _Chunk, request: ApplyRequest, want: bool) -> list[tuple[_Chunk, ApplyRequest]]:
-        """A chunk in apply.lua's calls: itself, or a rolling board's chunk that holds more than
-        an apply.lua call may, cut into calls of at most ROLLING_COUNTS_PER_CALL, in order."""
-        if chunk.control or chunk.counts <= ROLLING_COUNTS_PER_CALL or not chunk.board_type.rolling:
+        """A chunk in apply.lua's calls: itself, or one that holds more than an apply.lua call
+        may (a rolling board's, past ROLLING_COUNTS_PER_CALL; a league's, past
+        MAX_INSTANCES_PER_CALL divisions), cut into calls, in order."""
+        rolling = chunk.board_type.rolling and chunk.counts > ROLLING_COUNTS_PER_CALL
+        if chunk.control or not (rolling or len(chunk.instances) > MAX_INSTANCES_PER_CALL):
             return [(chunk, request)]
         out: list[_Chunk] = []
         for entry in chunk.events:
@@ -809,12 +881,17 @@ class Applier:
         _decode(marker, False, reply, self.epoch)  # raises what the call raised
 
 
+def _max_instances(board_type: BoardType, decided: bool) -> int:
+    """The instances a chunk of the type holds at most: a league's more while the worker decides."""
+    return DECIDED_INSTANCES_PER_CALL if decided and board_type.league is not None else MAX_INSTANCES_PER_CALL
+
+
 def _taking(slots: _Slots, now: int) -> _Taking:
     """The slots' instances still taking events at `now`, and the results they make due."""
     out: list[Instance] = []
     dues: list[tuple[str, str, Period]] = []
-    for instance, late_after, period, window in slots.slots:
-        if now >= late_after:
+    for instance, late_after, period, window, opens_at in slots.slots:
+        if now >= late_after or now < opens_at:
             continue
         if period is not None:
             dues.append(("result", window, period))

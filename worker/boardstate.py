@@ -288,7 +288,9 @@ class BoardStates:
         state.seq = d.seq
         state.fence.update(d.fence)
         for name, cells in d.cells.items():
-            state.instances[name].cells.update(cells)
+            written = state.instances[name]
+            written.cells.update(cells)
+            written.expiry_set = written.expire_at_ms > 0  # every write sets it, or found it set
         state.metas.update(d.metas)
         req = d.write
         buckets = [w.key for w in req.writes if isinstance(w, IdBucket | IndexBucket)]
@@ -443,7 +445,13 @@ class BoardStates:
             layout = (
                 None
                 if foreign or moved or unprepared
-                else InstanceState(inst.packing, directory, inst.expire_at_ms, complete=empty)
+                else InstanceState(
+                    inst.packing,
+                    directory,
+                    inst.expire_at_ms,
+                    complete=empty,
+                    expiry_set=inst.expire_at_ms > 0 and expires == inst.expire_at_ms,
+                )
             )
             if role == DERIVED:
                 if not begun:  # left to the preparer's walk: nothing of it is needed
@@ -517,6 +525,10 @@ def _read_scores(client: Store, plan: list[_Read], replies: list[Any]) -> None:
         if read.inst.packing is not None:
             _take_packed(read, [next(got) for _ in read.zsets])
             continue
+        if read.joins is not None:  # a league division: one ZMSCORE of the entries themselves
+            for m, join, score in zip(read.members, read.joins, next(got), strict=True):
+                read.inst.cells[m] = ABSENT if score is None else (float(score), join, join)
+            continue
         present = _take_ties(read, next(got))
         if present:
             encoded = [encode_member(read.mode, t, m) for m, t in present]
@@ -539,6 +551,7 @@ class _Read(NamedTuple):
     zsets: list[str]  # the rank zset, and with max_members the overflow (a rolling bucket: none)
     members: list[str]
     mode: TieMode
+    joins: list[int] | None = None  # a league division: each member's join order (its tie)
 
 
 def _queue_reads(
@@ -553,6 +566,11 @@ def _queue_reads(
         reads.hmget(keys.bucket(name), members)
         return [_Read(inst, [], members, req.mode)]
     zsets = [keys.rank(name, packed)] + ([keys.overflow(name, packed)] if req.max_members else [])
+    if any(i.name == name and i.joined for i in req.instances):
+        # a league division: a member's entry is their id under their join order, no tie index
+        joins = _joins(req, name)
+        reads.zmscore(zsets[0], [encode_member(req.mode, joins[m], m) for m in members])
+        return [_Read(inst, zsets, members, req.mode, [joins[m] for m in members])]
     if packed:
         for zset in zsets:
             reads.zmscore(zset, members)
@@ -563,6 +581,12 @@ def _queue_reads(
     for key, group in groups.items():
         reads.hmget(key, group)
     return [_Read(inst, zsets, group, req.mode) for group in groups.values()]
+
+
+def _joins(req: ApplyRequest, name: str) -> dict[str, int]:
+    """Each member's join order in the league division `name`, from the chunk's events there."""
+    at = next(k for k, i in enumerate(req.instances) if i.name == name)
+    return {ev.member: ev.join for ev in req.events if ev.op != "x" and ev.mask >> at & 1}
 
 
 def _first_found(replies: list[list[Any]]) -> list[Any]:

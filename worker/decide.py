@@ -82,6 +82,9 @@ class InstanceState:
     # the instance was empty when the worker first read it and every member written since is in
     # `cells`: a member not there is absent, without reading
     complete: bool = False
+    # its rank zset expires at expire_at_ms already (as read, or as this worker wrote it): a
+    # league division's writes then leave its expiry alone (one command a division saved)
+    expiry_set: bool = False
 
 
 @dataclass
@@ -404,10 +407,15 @@ class _Chunk:
         directories = [(keys.id_window, len(state.id_directory))]
         directories += [  # (a next period being prepared: the walk splits it, `unsplit` checks it)
             (keys.tie_index(n), len(inst.directory))
-            for n, inst, changed, role, started in zip(
-                self.names, self.insts, self.post, self.roles, self.started, strict=True
+            for n, inst, changed, role, started, instance in zip(
+                self.names, self.insts, self.post, self.roles, self.started, self.req.instances, strict=True
             )
-            if changed and inst is not None and inst.packing is None and role != BUCKET and not started
+            if changed
+            and inst is not None
+            and inst.packing is None
+            and role != BUCKET
+            and not started
+            and not instance.joined  # a league division keeps no tie index
         ]
         changed_seq = self.seq != state.seq
         probes = [
@@ -637,6 +645,8 @@ def _instance_writes(
         out: list[Write] = []
     else:
         rem, add, gone, out = _general_writes(req, name, inst, changed, instance.expire_at_ms)
+        if instance.joined:  # a league division: its entries are all it keeps (no tie index)
+            out = []
     capped = req.max_members > 0
     if rem:
         out.append(Command("ZREM", rank, tuple(rem)))
@@ -646,7 +656,7 @@ def _instance_writes(
         out.append(Command("ZADD", rank, tuple(add)))
     if capped:
         out.append(Rebalance(rank, overflow, len(changed), req.max_members, req.desc))
-    if instance.expire_at_ms:
+    if instance.expire_at_ms and not (instance.joined and inst.expiry_set):
         out.append(Command("PEXPIREAT", rank, (instance.expire_at_ms,)))
         if capped:
             out.append(Command("PEXPIREAT", overflow, (instance.expire_at_ms,)))

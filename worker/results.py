@@ -31,7 +31,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import orjson
 import redis
@@ -41,14 +41,15 @@ from common.boards import BoardsConfig, BoardType, Window, split_board
 from common.cache_records import partition_for
 from common.clock import Clock
 from common.errors import InfrastructureError
+from common.league_results import season_end
 from common.periods import Period, expire_at_ms, parse_period
-from common.results import MAX_RESULT_BYTES, PeriodResult, read_result, split_result_key
+from common.results import MAX_RESULT_BYTES, read_result, split_result_key
 from common.store import lease, periodmark
 from common.store.encoding import text
 from common.store.keys import BoardKeys, results_due, results_emitter, window_instance
 from common.store.shards import shard_names
 from common.store.topology import Store
-from common.windows import parse_window
+from common.windows import SEASON_WINDOW, parse_window
 from worker.faults import is_infrastructure
 from worker.metrics import WorkerMetrics
 from worker.passes import PassThread
@@ -73,6 +74,7 @@ class Due:
     period: Period
     expire_ms: int
     others: tuple[BoardKeys, ...] = ()  # a sharded board's other shards: sealed before the first
+    league: bool = False  # a league's season: its divisions' records (common/league_results.py)
 
     @property
     def instance(self) -> str:
@@ -81,14 +83,19 @@ class Due:
 
 @dataclass(slots=True)
 class _Pending:
-    """A sealed period in this pass' transaction."""
+    """A sealed period in this pass' transaction: its record, or a league season's records."""
 
     due: Due
     mark: periodmark.Mark  # its marker once `sending`
-    result: PeriodResult
-    value: bytes
+    seq: int  # the board's, as read
+    members: int
+    records: list[tuple[str, bytes]]  # (key, value), all to one partition
     partition: int
-    offset: int = -1  # once delivered
+    offset: int = -1  # the first record's, once delivered
+
+    @property
+    def size(self) -> int:
+        return sum(len(value) for _, value in self.records)
 
 
 class ResultEmitter:
@@ -142,7 +149,7 @@ class ResultEmitter:
             pending = self._isolated(text(raw), now, ends)
             if pending is not None:
                 batch.append(pending)
-            if sum(len(p.value) for p in batch) >= MAX_RESULT_BYTES:
+            if sum(p.size for p in batch) >= MAX_RESULT_BYTES:
                 self._commit(batch)
                 batch, ends = [], {}
         if batch:
@@ -198,7 +205,13 @@ class ResultEmitter:
         board, window_name, period_id = split_result_key(key)
         parts = split_board(board)
         board_type = None if parts is None else self._boards.type_for(parts[0])
-        if board_type is None or board_type.results is None or window_name not in board_type.results.windows:
+        league = board_type is not None and board_type.league is not None and window_name == SEASON_WINDOW
+        declared = (
+            board_type is not None
+            and board_type.results is not None
+            and window_name in board_type.results.windows
+        )
+        if board_type is None or not (league or declared):
             return None
         window = board_type.window(window_name)
         tz = self._boards.timezone
@@ -208,7 +221,7 @@ class ResultEmitter:
             return None
         expire = expire_at_ms(window, period, board_type.retention[window_name], tz)
         lead, *others = (BoardKeys(self._prefix, name) for name in shard_names(board, board_type.shards))
-        return Due(key, board_type, lead, window, period, expire, tuple(others))
+        return Due(key, board_type, lead, window, period, expire, tuple(others), league)
 
     def _isolated(self, key: str, now: int, ends: dict[int, int]) -> _Pending | None:
         """_prepare, a failure of this period's own (not Redis' nor Kafka's) postponed alone, so
@@ -237,12 +250,9 @@ class ResultEmitter:
         mark = periodmark.seal(self._client, due.keys, due.instance, due.expire_ms)
         if self._settled(due, mark):
             return None
-        board = split_result_key(key)[0]
-        result = read_result(
-            self._client, self._prefix, due.board_type, board, window=due.window, period=due.period
-        )
+        read = self._read(due)
         if mark.state == "sending":  # kept: a record since its offset (a live holder's) is found
-            return _Pending(due, mark, result, result.encode(), mark.partition)
+            return replace(read, mark=mark, partition=mark.partition)
         partition = partition_for(due.key, self._partitions)
         if partition not in ends:
             assert self._reader is not None
@@ -252,7 +262,20 @@ class ResultEmitter:
         claimed = self._swap(due, mark, new)
         if claimed.raw != new:  # moved by another holder meanwhile: the next pass sees where it is
             return None
-        return _Pending(due, claimed, result, result.encode(), partition)
+        return replace(read, mark=claimed, partition=partition)
+
+    def _read(self, due: Due) -> _Pending:
+        """What the sealed period's records say (its marker and partition filled in by the caller)."""
+        board = split_result_key(due.key)[0]
+        if due.league:
+            end = season_end(self._client, self._prefix, due.board_type, board, due.period)
+            return _Pending(due, periodmark.parse_mark(""), end.seq, end.members, end.records, -1)
+        result = read_result(
+            self._client, self._prefix, due.board_type, board, window=due.window, period=due.period
+        )
+        return _Pending(
+            due, periodmark.parse_mark(""), result.seq, result.members, [(due.key, result.encode())], -1
+        )
 
     def _settled(self, due: Due, mark: periodmark.Mark) -> bool:
         """Is the result out already: marked sent, or `sending` and its record in the topic?"""
@@ -294,7 +317,7 @@ class ResultEmitter:
             return
         emitted = self._clock()
         for p in batch:
-            done = periodmark.sent(p.partition, max(p.offset, p.mark.offset), p.result.seq, emitted)
+            done = periodmark.sent(p.partition, max(p.offset, p.mark.offset), p.seq, emitted)
             if self._swap(p.due, p.mark, done).raw != done:
                 # moved meanwhile (a successor found this record and marked it sent, or a holder
                 # fenced since); a later pass checks the log from the noted offset
@@ -302,7 +325,8 @@ class ResultEmitter:
             self._done(p.due.key)
             self._count("sent")
             self.sent += 1
-            _log.info("period result sent", extra={"result": p.due.key, "members": p.result.members})
+            _log.info("period result sent", extra={"result": p.due.key, "members": p.members,
+                                                   "records": len(p.records)})  # fmt: skip
 
     def _abort(self) -> bool:
         """Abort the open transaction (none committed: its records are never read); False if
@@ -325,21 +349,25 @@ class ResultEmitter:
 
         def delivered(pending: _Pending) -> Callable[[KafkaError | None, Message], None]:
             def report(err: KafkaError | None, msg: Message) -> None:
-                if err is None:
-                    pending.offset = msg.offset() or 0
+                if err is None and (pending.offset < 0 or (msg.offset() or 0) < pending.offset):
+                    pending.offset = msg.offset() or 0  # the first record's
 
             return report
 
         producer.begin_transaction()
         for p in batch:
-            producer.produce(self._topic, p.value, p.due.key.encode(), p.partition, on_delivery=delivered(p))
+            report = delivered(p)
+            for key, value in p.records:
+                producer.produce(self._topic, value, key.encode(), p.partition, on_delivery=report)
+                producer.poll(0)  # a league season's many records: deliveries served as they come
         producer.commit_transaction(KAFKA_TIMEOUT_S)
 
     def _swap(self, due: Due, mark: periodmark.Mark, new: str) -> periodmark.Mark:
         return periodmark.swap(self._client, due.keys, due.instance, mark, new, expire_ms=due.expire_ms)
 
     def _find(self, key: str, partition: int, offset: int) -> tuple[int, int] | None:
-        """(offset, seq) of the committed record of `key` at or after `offset`, if any."""
+        """(offset, seq) of the committed record of `key` (or of a league season's record:
+        `key|<division>`; one is there if all are) at or after `offset`, if any."""
         reader = self._reader
         assert reader is not None
         tp = TopicPartition(self._topic, partition)
@@ -348,7 +376,7 @@ class ResultEmitter:
             return None
         reader.assign([TopicPartition(self._topic, partition, offset)])
         try:
-            wanted = key.encode()
+            wanted, division = key.encode(), key.encode() + b"|"
             while True:
                 msg = reader.poll(KAFKA_TIMEOUT_S)
                 if msg is None:
@@ -358,7 +386,8 @@ class ResultEmitter:
                     if err.code() == KafkaError._PARTITION_EOF:
                         return None
                     raise KafkaException(err)
-                if msg.key() == wanted:
+                found = msg.key() or b""
+                if found == wanted or found.startswith(division):
                     value = orjson.loads(msg.value() or b"{}")
                     return msg.offset() or 0, int(value.get("seq", 0) if isinstance(value, dict) else 0)
         finally:

@@ -11,13 +11,14 @@ A Redis data set that is not the one it learned them from (worker/apply.py's epo
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import NamedTuple
 
 from cachetools import LRUCache
 
-from common.boards import BoardType
+from common.boards import BoardType, Order
 from common.league import League, Seat, division_instance, parse_seat, seat_instance
 from common.store.apply import Instance
-from common.store.encoding import text
+from common.store.encoding import text, tie_mode
 from common.store.keys import BoardKeys
 from common.store.league import Placing, place_many
 from common.store.topology import Store
@@ -36,8 +37,19 @@ def season_of(pairs: Iterable[Instance]) -> Instance | None:
 
 
 def division(league: League, season: Instance, seat: Seat) -> Instance:
-    """The division a seat is in, as the instance an event there counts in."""
-    return Instance(seat_instance(league, season.name, seat), season.expire_at_ms, joined=True)
+    """The division a seat is in, as the instance an event there counts in (sealed with its
+    season: their marker is one, common/store/keys.py prepared)."""
+    return Instance(seat_instance(league, season.name, seat), season.expire_at_ms, sealable=True, joined=True)
+
+
+class Wanted(NamedTuple):
+    """A board's league season to seat members in, and the seasons before it still kept."""
+
+    board: str
+    board_type: BoardType
+    season: Instance
+    earlier: list[tuple[str, int]]  # (instance, expiry), newest first
+    members: list[str]  # in the order they joined
 
 
 class Seats:
@@ -52,19 +64,29 @@ class Seats:
     def get(self, board: str, season: str, member: str) -> Seat | None:
         return self._known.get((board, season, member))
 
-    def take(self, client: Store, wanted: Sequence[tuple[str, Instance, League, Sequence[str]]]) -> None:
-        """Seat these members (board, season instance, league, members in join order)."""
+    def take(self, client: Store, wanted: Sequence[Wanted]) -> None:
+        """Seat these members (a sealed season seats no one: they stay unknown)."""
         placings = [
-            Placing(BoardKeys(self._prefix, board), season.name, season.expire_at_ms, league, members)
-            for board, season, league, members in wanted
-            if members
+            Placing(
+                BoardKeys(self._prefix, w.board),
+                w.season.name,
+                w.season.expire_at_ms,
+                w.earlier,
+                league,
+                tie_mode(w.board_type),
+                w.board_type.order is Order.DESC,
+                w.members,
+            )
+            for w in wanted
+            if w.members and (league := w.board_type.league) is not None
         ]
         if not placings:
             return
         for placing, seats in zip(placings, place_many(client, placings), strict=True):
             board = placing.keys.board
             for member, seat in zip(placing.members, seats, strict=True):
-                self._known[(board, placing.season, member)] = seat
+                if seat is not None:
+                    self._known[(board, placing.season, member)] = seat
             self.asked += len(placing.members)
 
     def lookup(self, client: Store, board: str, season: str, members: Sequence[str]) -> list[Seat | None]:

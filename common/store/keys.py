@@ -38,7 +38,8 @@ board lives in one Cluster slot and one script may touch all of it.
     <prefix>{<board>}:lg:<season>:s    a league season's seats: hash member -> "<tier>:<order>" (common/
                                        league.py; common/store/lua/place.lua gives them out)
     <prefix>{<board>}:lg:<season>:n    and its seats taken: hash tier -> count; both expire with the season
-    <prefix>{<board>}:lg:tier          hash member -> the tier a member starts their next season in
+                                       (place.lua builds the names of earlier seasons' seats,
+                                       divisions and markers from the board's stem)
     <prefix>{<board>}:hot              set once the board's state is backfilled into update_cache
     <prefix>{<board>}:hot:lock         held by the worker backfilling it
 
@@ -81,6 +82,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+
+from common.league import DIVISION_MARK
 
 TOTAL_INSTANCE = "total"
 
@@ -164,7 +167,9 @@ class BoardKeys:
         return f"{self.tag}:b:{instance.removeprefix(BUCKET_PREFIX)}"
 
     def prepared(self, instance: str) -> str:
-        return f"{self.tag}:rp:{instance}"
+        """The period's marker; a league division's is its season's (sealing the season seals
+        every division of it at once)."""
+        return f"{self.tag}:rp:{instance.partition(DIVISION_MARK)[0]}"
 
     def tie_index(self, instance: str) -> str:
         return f"{self.tag}:t:{instance}"
@@ -197,9 +202,9 @@ class BoardKeys:
         return f"{self.tag}:lg:{season_instance}:n"
 
     @property
-    def tiers(self) -> str:
-        """The tier each member of a league board starts their next season in."""
-        return f"{self.tag}:lg:tier"
+    def stem(self) -> str:
+        """What every key name of the board starts with (place.lua builds some from it)."""
+        return f"{self.tag}:"
 
     @property
     def hot_ready(self) -> str:

@@ -11,6 +11,7 @@ import random
 import threading
 import uuid
 from typing import Any
+from unittest import mock
 
 import orjson
 import pytest
@@ -24,7 +25,7 @@ from hypothesis import strategies as st
 from api.app import create_app
 from common.boards import parse_boards
 from common.events import Op, UpdateEvent
-from common.league import division_instance, parse_seat
+from common.league import Movement, division_instance, parse_seat
 from common.periods import period_at
 from common.store.encoding import Status, decode_member, tie_mode
 from common.store.keys import BoardKeys, window_instance
@@ -34,6 +35,7 @@ from tests.helpers import BOTH_TOPOLOGIES, committed_so_far, stop_workers, wait_
 from tests.integration.test_worker_oracle import worker_process
 from tests.league_model import LeagueEvent, LeagueModel, LeagueRules
 from worker.apply import Applier, Position, Source
+from worker.decide import Undecidable
 
 pytestmark = pytest.mark.integration
 
@@ -56,7 +58,7 @@ types:
     windows: [season]
     seasons: {every_days: 7, anchor: 2026-11-02}
     late_grace: 10d
-    league: {division_size: 2, tiers: [only]}
+    league: {division_size: 2, tiers: [low, high], promote: {low: 1}, demote: {high: 0.5}}
 """
 BOARDS = parse_boards(CONFIG)
 ARENA = BOARDS.types["arena"]
@@ -67,9 +69,27 @@ SRC = Source("t", 0, "topic-id", -1)
 EVENTS = 20_000  # the kill -9 test's stream
 
 
-def applier(client: Any, prefix: str, *, decided: bool, now: int) -> Applier:
+def applier(client: Any, prefix: str, *, decided: bool, now: int | list[int]) -> Applier:
+    """`now`: the worker's clock, fixed, or a one-item list the test moves."""
+    clock = now if isinstance(now, list) else [now]
     return Applier(client, BOARDS, prefix, 3600, epoch="E", state_cells=1_000_000 if decided else 0,
-                   now_ms=lambda: now)  # fmt: skip
+                   now_ms=lambda: clock[0])  # fmt: skip
+
+
+def rules_of(type_name: str) -> LeagueRules:
+    """The model's rules: the type's league as data."""
+    board_type = BOARDS.types[type_name]
+    league = board_type.league
+    assert league is not None
+
+    def rule(m: Movement) -> tuple[str, float]:
+        return ("c", float(m.count)) if m.count is not None else ("f", float(m.fraction or 0))
+
+    return LeagueRules(
+        league.division_size, league.tiers, league.entry_tier, board_type.order.value == "desc",
+        {t: rule(m) for t, m in league.promote.items()}, {t: rule(m) for t, m in league.demote.items()},
+        league.rewards_top,
+    )  # fmt: skip
 
 
 def event(board: str, member: str, op: str, score: float, eid: str) -> UpdateEvent:
@@ -81,6 +101,12 @@ def season_id(ts: int) -> str:
     period = period_at(SEASON, ts, BOARDS.timezone)
     assert period is not None
     return period.id
+
+
+def league_event(board: str, member: str, op: str, score: float, *, ts: int, eid: str) -> LeagueEvent:
+    """The model's event: its season and the seasons before it still kept (retention 4: 3)."""
+    earlier = tuple(season_id(ts - k * WEEK_MS) for k in (1, 2, 3))
+    return LeagueEvent(board, member, op, score, season_id(ts), eid, earlier)
 
 
 def redis_league(client: Any, prefix: str, board: str, season: str, desc: bool = True) -> dict[str, Any]:
@@ -114,10 +140,10 @@ def model_league(model: LeagueModel, board: str, season: str) -> dict[str, Any]:
 def stream(
     rng: random.Random, n: int, members: int, board: str = "arena:x"
 ) -> list[tuple[UpdateEvent, int, LeagueEvent]]:
-    """Events over two seasons: members join late, some never return, scores tie often."""
+    """Events over three seasons: members join late, some never return, scores tie often."""
     out = []
     for k in range(n):
-        ts = START + (k * 2 * WEEK_MS) // n  # the first half in one season, the rest in the next
+        ts = START + (k * 3 * WEEK_MS) // n  # a third in each season
         member = f"m{rng.randrange(min(members, 3 + k // 4))}"  # members keep joining
         op = rng.choice(["incr", "incr", "incr", "set", "best", "delete"])
         score = float(rng.choice([1, 2, 5, 10, -3]))
@@ -126,7 +152,7 @@ def stream(
             (
                 event(board, member, op, score, eid),
                 ts,
-                LeagueEvent(board, member, op, score, season_id(ts), eid),
+                league_event(board, member, op, score, ts=ts, eid=eid),
             )
         )
     return out
@@ -135,13 +161,18 @@ def stream(
 @BOTH_TOPOLOGIES
 @pytest.mark.parametrize("decided", [True, False], ids=["decided", "scripted"])
 def test_seats_divisions_and_standings_equal_the_model(rclient: redis.Redis, settings, decided: bool) -> None:
+    """Three seasons: each member's tier in the next is where their division's final standings
+    put them (promoted, demoted, kept; kept too when absent a season); a batch that crosses a
+    season's end is applied in stream order (what comes before the next season's first seat
+    counts; a late event after it does not)."""
     rng = random.Random(7)
-    events = stream(rng, 400, 40)
-    now = START + 2 * WEEK_MS - 1
-    a = applier(rclient, settings.key_prefix, decided=decided, now=now)
-    model = LeagueModel(LeagueRules(3, ("bronze", "silver", "gold"), "bronze"))
+    events = stream(rng, 600, 40)
+    clock = [START]
+    a = applier(rclient, settings.key_prefix, decided=decided, now=clock)
+    model = LeagueModel(rules_of("arena"))
     for i in range(0, len(events), 37):  # batches of 37, each event at its position
         part = events[i : i + 37]
+        clock[0] = max(ts for _, ts, _ in part)  # the worker's clock follows the stream
         positions = [Position(SRC, i + j, None) for j in range(len(part))]
         a.apply([(e, ts) for e, ts, _ in part], positions)
         model.apply(le for _, _, le in part)
@@ -149,13 +180,16 @@ def test_seats_divisions_and_standings_equal_the_model(rclient: redis.Redis, set
             outcomes = a.apply([(e, ts) for e, ts, _ in part], positions)
             assert {o.status for o in outcomes} == {Status.REDELIVERED}
     seasons = sorted({le.season for _, _, le in events if le.season is not None})
-    assert len(seasons) == 2
+    assert len(seasons) == 3
     for season in seasons:
         got = redis_league(rclient, settings.key_prefix, "arena:x", season)
         assert got == model_league(model, "arena:x", season)
         assert max(len(d) for d in got["divisions"].values()) <= 3
+    tiers = [{t for t, _ in model.season("arena:x", s).seats.values()} for s in seasons]
+    assert tiers[0] == {"bronze"} and tiers[2] == {"bronze", "silver", "gold"}  # members moved
+    assert any(n % 3 for s in seasons for n in model.season("arena:x", s).taken.values())  # never filled
     if decided:  # (the API reads what Redis holds: once per topology)
-        assert asyncio.run(check_api(settings, model, "arena:x", seasons, now)) > 100
+        assert asyncio.run(check_api(settings, model, "arena:x", seasons, clock[0])) > 100
 
 
 def ranked(rows: list[tuple[str, float]], first: int = 1) -> list[dict[str, Any]]:
@@ -271,9 +305,8 @@ def league_streams(draw: st.DrawFn) -> tuple[str, bool, list[list[tuple[str, str
     board_type = draw(st.sampled_from(["arena", "golf"]))
     decided = draw(st.booleans())
     members = st.sampled_from([f"u{k}" for k in range(draw(st.integers(1, 8)))])
-    event = st.tuples(
-        members, OPS, SCORES, st.sampled_from([START + 1, START + WEEK_MS - 1, START + WEEK_MS])
-    )
+    times = [START + 1, START + WEEK_MS - 1, START + WEEK_MS, START + WEEK_MS + 1, START + 2 * WEEK_MS]
+    event = st.tuples(members, OPS, SCORES, st.sampled_from(times))
     return (
         board_type,
         decided,
@@ -281,7 +314,7 @@ def league_streams(draw: st.DrawFn) -> tuple[str, bool, list[list[tuple[str, str
     )
 
 
-@hsettings(deadline=None, max_examples=150, database=None,
+@hsettings(deadline=None, max_examples=300, database=None,
            suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])  # fmt: skip
 @given(case=league_streams())
 def test_any_league_stream_matches_the_model(case, rclient, settings) -> None:
@@ -289,11 +322,10 @@ def test_any_league_stream_matches_the_model(case, rclient, settings) -> None:
     model says, whichever way the worker writes."""
     board_type, decided, batches = case
     board = f"{board_type}:{uuid.uuid4().hex[:8]}"
-    rules = BOARDS.types[board_type].league
-    assert rules is not None
-    desc = BOARDS.types[board_type].order.value == "desc"
-    model = LeagueModel(LeagueRules(rules.division_size, rules.tiers, rules.entry_tier, desc))
-    a = applier(rclient, settings.key_prefix, decided=decided, now=START + 2 * WEEK_MS - 1)
+    model = LeagueModel(rules_of(board_type))
+    desc = model.rules.desc
+    clock = [START]
+    a = applier(rclient, settings.key_prefix, decided=decided, now=clock)
     offset = 0
     for batch in batches:
         pairs: list[tuple[UpdateEvent, int, LeagueEvent]] = []
@@ -303,15 +335,16 @@ def test_any_league_stream_matches_the_model(case, rclient, settings) -> None:
                 (
                     event(board, member, op, score, eid),
                     ts,
-                    LeagueEvent(board, member, op, score, season_id(ts), eid),
+                    league_event(board, member, op, score, ts=ts, eid=eid),
                 )
             )
+        clock[0] = max(clock[0], *(ts for _, ts, _ in pairs))
         positions = [Position(SRC, offset + j, None) for j in range(len(pairs))]
         a.apply([(e, ts) for e, ts, _ in pairs], positions)
         a.apply([(e, ts) for e, ts, _ in pairs], positions)  # redelivered: changes nothing
         model.apply(le for _, _, le in pairs)
         offset += len(pairs)
-    for season in {season_id(START + 1), season_id(START + WEEK_MS)}:
+    for season in {season_id(START + k * WEEK_MS) for k in range(3)}:
         assert redis_league(rclient, settings.key_prefix, board, season, desc) == model_league(
             model, board, season
         )
@@ -461,3 +494,36 @@ def test_an_erase_and_a_reset_empty_divisions_and_keep_seats(rclient: redis.Redi
     assert got["divisions"][("bronze", 1)] == [("c0", 3.0)] and got["divisions"][("bronze", 2)] == [
         ("c4", 3.0)
     ]
+
+
+@BOTH_TOPOLOGIES
+def test_a_chunk_over_more_divisions_than_a_call_holds_is_cut_for_apply_lua(
+    rclient: redis.Redis, settings
+) -> None:
+    """The worker decides a league's chunk over up to 1,024 divisions; one it can't decide after
+    all (here: the decision is refused) goes to apply.lua in calls of at most 53 instances, in order."""
+    rng = random.Random(3)
+    a = applier(rclient, settings.key_prefix, decided=True, now=START + 2 * WEEK_MS - 1)
+    assert a.states is not None
+    refuse = mock.patch("worker.boardstate.decide", side_effect=Undecidable("a test's"))
+    model = LeagueModel(rules_of("arena"))
+    for round_ in range(3):
+        batch = []
+        for k in range(400):  # 400 members: 134 divisions of 3
+            member, eid = f"w{rng.randrange(400) if round_ else k}", f"r{round_}-{k}"
+            batch.append(
+                (
+                    event("arena:wide", member, "incr", 1.0, eid),
+                    START + 5,
+                    league_event("arena:wide", member, "incr", 1.0, ts=START + 5, eid=eid),
+                )
+            )
+        with refuse:
+            outcomes = a.apply(
+                [(e, ts) for e, ts, _ in batch], [Position(SRC, round_ * 400 + j, None) for j in range(400)]
+            )
+        assert all(o.status is Status.APPLIED for o in outcomes)
+        model.apply(le for _, _, le in batch)
+    assert a.states.stats.fallbacks > 0
+    got = redis_league(rclient, settings.key_prefix, "arena:wide", season_id(START))
+    assert got == model_league(model, "arena:wide", season_id(START))

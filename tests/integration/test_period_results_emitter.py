@@ -12,7 +12,9 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime
+from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import orjson
@@ -77,19 +79,30 @@ def ev(n: int, member: str, score: float, ts: int, board: str = "gift:r1") -> tu
     return UpdateEvent(f"e{n}", board, board.split(":", 1)[0], member, Op.INCR, score, ts, None), ts
 
 
-@pytest.fixture
-def setup(make_settings: Callable[..., Settings], tmp_path) -> Iterator[tuple[Settings, redis.Redis]]:
-    path = tmp_path / "boards.yaml"
-    path.write_text(CONFIG)
+@contextmanager
+def results_setup(
+    make_settings: Callable[..., Settings], path: Path, config: str
+) -> Iterator[tuple[Settings, redis.Redis]]:
+    """Settings on board config `config` (written to `path`), its topics made and the results
+    topic's leaders known, and a Redis client; the test's keys removed after."""
+    path.write_text(config)
     settings = make_settings(boards=path)
     ensure_topics(settings)
     wait_for(lambda: leaders_known(settings), 30, "the results topic's partition leaders")
     client = redis.Redis.from_url(settings.redis_url.get_secret_value())
-    yield settings, client
-    keys = list(client.scan_iter(match=f"{settings.key_prefix}*", count=1000))
-    if keys:
-        client.delete(*keys)
-    client.close()
+    try:
+        yield settings, client
+    finally:
+        keys = list(client.scan_iter(match=f"{settings.key_prefix}*", count=1000))
+        if keys:
+            client.delete(*keys)
+        client.close()
+
+
+@pytest.fixture
+def setup(make_settings: Callable[..., Settings], tmp_path) -> Iterator[tuple[Settings, redis.Redis]]:
+    with results_setup(make_settings, tmp_path / "boards.yaml", CONFIG) as got:
+        yield got
 
 
 def emitter(settings: Settings, client: redis.Redis, clock: Clock, owner: str) -> ResultEmitter:

@@ -100,8 +100,9 @@ end
 local packings = {}  -- instance -> ENC.packing (nil: the general layout), read with the ARGV
 local roles, groups, from_, old_, new_, keep_ = {}, {}, {}, {}, {}, {}  -- rolling (IA.ROLE...)
 -- instance -> true: a league division (common/league.py), whose ties are members' join order
--- (each event's EV.JOIN) instead of event times
-local joined = {}
+-- (each event's EV.JOIN) instead of event times; it keeps no tie index: a member's entry is
+-- their id under their join order, which `joins` holds per member from the events
+local joined, joins = {}, {}
 local started = {}  -- derived instance -> its preparation began
 local bucket_list = {}  -- the call's rolling buckets (op rebuild sums them)
 local indexes = {}  -- instance -> its tie index (TI.new); false: it keeps a state hash (or is packed)
@@ -159,11 +160,44 @@ local function prefetch_indexed(i, members)
   end
 end
 
+-- a league division: each member's entry is their id under their join order. An erase carries
+-- none (it reaches the member's every division): its member is found among the division's
+-- entries (at most its division_size)
+local function prefetch_joined(i, members)
+  local ci, zmembers, wanted, unknown = cache[i], {}, {}, {}
+  for _, member in ipairs(members) do
+    ci[member] = {present = false}
+    local j = joins[i][member]
+    if j then
+      wanted[#wanted + 1] = member
+      zmembers[#zmembers + 1] = enc(j, member)
+    else
+      unknown[member] = true
+    end
+  end
+  local scores = zscores(i, zmembers)
+  for k, member in ipairs(wanted) do
+    local j = joins[i][member]
+    if scores[k] then ci[member] = {present = true, score = scores[k], tie = j, rtie = j} end
+  end
+  if next(unknown) == nil then return end
+  local rows = redis.call('ZRANGE', ikey(i, INST.RANK), 0, -1, 'WITHSCORES')
+  for k = 1, #rows, 2 do
+    local member = string.sub(rows[k], C.TIE_WIDTH + 1)
+    if unknown[member] then
+      local t = tonumber(string.sub(rows[k], 1, C.TIE_WIDTH), 16)
+      if mode == 'inv' then t = C.TIE_MAX - t end
+      ci[member] = {present = true, score = tonumber(rows[k + 1]), tie = t, rtie = t}
+    end
+  end
+end
+
 local function prefetch(i, members)
   local ci = {}
   cache[i] = ci
   if #members == 0 then return end
   if packings[i] then return prefetch_packed(i, packings[i], members) end
+  if joined[i] then return prefetch_joined(i, members) end
   if indexes[i] then return prefetch_indexed(i, members) end
   local got = redis.call('HMGET', ikey(i, INST.STATE), unpack(members))
   for j, member in ipairs(members) do
@@ -239,7 +273,7 @@ end
 local function flush(i, list)
   if roles[i] == 'b' then return flush_bucket(i, list) end
   if packings[i] then return flush_packed(i, packings[i], list) end
-  local index = indexes[i]
+  local index, plain = indexes[i], joined[i]  -- plain: a league division's zsets alone
   local rem, gone, add = {}, {}, {}
   local hset, hdel, put, drop = {}, {}, {}, {}  -- the state hash's writes, or the tie index's
   for _, d in ipairs(list) do
@@ -255,15 +289,17 @@ local function flush(i, list)
       local text = fmt(c.score)
       add[#add + 1] = text
       add[#add + 1] = enc(c.tie, member)
-      if not index then
+      if plain then
+        -- nothing else: the entry is all a division keeps
+      elseif not index then
         hset[#hset + 1] = member
         hset[#hset + 1] = ENC.state(text, c.tie)
       elseif c.tie ~= c.rtie then
         put[#put + 1] = {member, c.tie}  -- the index changes only where the tie does
       end
-    elseif not index then
+    elseif not index and not plain then
       hdel[#hdel + 1] = member
-    elseif c.rtie then
+    elseif c.rtie and not plain then
       drop[#drop + 1] = member
     end
   end
@@ -344,8 +380,9 @@ for i = 1, W do
   -- A general instance keeps a tie index unless it has a state hash. A new one (no rank zset
   -- yet) gets a state hash instead while the caller says so (H.INDEX '0': workers of a release
   -- that reads only state hashes may still be running).
-  if roles[i] == 'b' then
-    indexes[i] = false  -- a bucket is its hash
+  joins[i] = {}
+  if roles[i] == 'b' or joined[i] then
+    indexes[i] = false  -- a bucket is its hash; a division, its zsets
   elseif not packings[i] and redis.call('EXISTS', ikey(i, INST.STATE)) == 0
      and (ARGV[H.INDEX] == '1' or redis.call('EXISTS', ikey(i, INST.RANK)) == 1) then
     local index = TI.new(ikey(i, INST.INDEX), tonumber(ARGV[H.CAP]), expires[i])
@@ -415,6 +452,7 @@ for e = 1, E do
       members[#members + 1] = ev.member
     end
     local function wants(i)
+      if i > 0 and joined[i] and ev.op ~= 'erase' then joins[i][ev.member] = ev.join end
       if i > 0 and not seen_in[i][ev.member] then
         seen_in[i][ev.member] = true
         per_instance[i][#per_instance[i] + 1] = ev.member
