@@ -115,14 +115,14 @@ def target(request: Asked, league: bool = False) -> Target:
     """Board, window instance (`window`, `period` or `at`), `order`, `ties` and `trend` of a
     request; `league`: a league route's, whose window is its type's season (api/league.py)."""
     board, board_type = board_of(request)
+    if league and board_type.league is None:
+        raise ApiError(404, "not_a_league", f"board type {board_type.name!r} declares no league")
     name = SEASON_WINDOW if league else request.query.get("window", "total")
     try:
         window = board_type.window(name)
     except KeyError:
         raise ApiError(400, "bad_window", f"window {name!r} is not configured for this board") from None
-    if league != (board_type.league is not None and window.kind is WindowKind.SEASON):
-        if league:
-            raise ApiError(404, "not_a_league", f"board type {board_type.name!r} declares no league")
+    if not league and board_type.league is not None and window.kind is WindowKind.SEASON:
         message = f"window {name!r} of a league is read by division: /v1/boards/{board}/league/..."
         raise ApiError(400, "league_window", message)
     trend = request.query.get("trend", "0")

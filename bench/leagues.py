@@ -123,7 +123,9 @@ def _close(client: redis.Redis, config: str, n: int, rng: random.Random) -> Resu
     periodmark.seal(client, keys, window_instance("season", period.id), expire)
     end = season_end(client, PREFIX, board_type, board, period)
     took = time.monotonic() - began
-    longest = max((int(entry["duration"]) for entry in client.slowlog_get(1_000_000)), default=0)
+    logged = client.slowlog_get(1_000_000)
+    slowest = max(logged, key=lambda entry: int(entry["duration"]), default=None)
+    longest = 0 if slowest is None else int(slowest["duration"])
     client.config_set("slowlog-log-slower-than", "10000")
     client.config_set("appendonly", "yes")
     client.flushall()
@@ -133,6 +135,7 @@ def _close(client: redis.Redis, config: str, n: int, rng: random.Random) -> Resu
         "season_close_members": end.members,
         "season_close_divisions": len(end.records),
         "season_close_record_bytes": sum(len(v) for _, v in end.records),
+        "season_close_slowest": None if slowest is None else str(slowest["command"])[:120],
     }
 
 

@@ -495,9 +495,9 @@ class Applier:
         events: Sequence[tuple[UpdateEvent, int]],
         positions: Sequence[Position | None],
         failures: list[Failure],
+        now: int,
     ) -> list[_Chunk]:
         """Board chunks in stream order; an event whose windows can't even be computed fails alone."""
-        now = self._now_ms()
         open_chunks: dict[str, _Chunk] = {}
         chunks: list[_Chunk] = []
         memo = _Memo()
@@ -505,7 +505,8 @@ class Applier:
         decided = self.states is not None
         rolling_counts = DECIDED_ROLLING_COUNTS_PER_CALL if decided else ROLLING_COUNTS_PER_CALL
         self._seat(events, now, memo)
-        divisions: dict[tuple[int, str], list[Instance]] = {}  # events in one division share a list
+        # events in one division share a list (keyed by their instances' list, held alive)
+        divisions: dict[tuple[int, str], tuple[list[Instance], list[Instance]]] = {}
         for (event, ts), position in zip(events, positions, strict=True):
             deps: tuple[Instance, ...] = ()
             wide = False
@@ -574,7 +575,7 @@ class Applier:
                 season = season_of(self._instances(board_type, ts, now, memo).pairs)
             except Exception:  # noqa: BLE001, S112 - the main loop dead-letters it
                 continue
-            if season is None or self.seats.get(event.board, season.name, event.member) is not None:
+            if season is None or not self.seats.seats(event.board, season.name, event.member):
                 continue
             key = (event.board, season.name)
             if key not in wanted:
@@ -582,7 +583,7 @@ class Applier:
             wanted[key][1][event.member] = None
         self.seats.take(self._client, [w._replace(members=list(members)) for w, members in wanted.values()])
 
-    def _season_change(self, events: Sequence[tuple[UpdateEvent, int]]) -> int:
+    def _season_change(self, events: Sequence[tuple[UpdateEvent, int]], now: int) -> int:
         """Where a batch is cut (0: nowhere): at the first event that seats a member in a league
         season after an event of the same board counted in another of its seasons. A seat seals
         the season before its own, and the member's latest earlier one (place.lua), and every
@@ -590,7 +591,7 @@ class Applier:
         season that comes before a seat in the stream is applied first."""
         if not self._leagues:
             return 0
-        now, memo = self._now_ms(), _Memo()
+        memo = _Memo()
         seen: dict[str, set[str]] = {}  # board -> the league seasons its events counted in so far
         for k, (event, ts) in enumerate(events):
             board_type = self._boards.type_for(event.board_type)
@@ -603,8 +604,8 @@ class Applier:
             if season is None:
                 continue
             before = seen.setdefault(event.board, set())
-            seats = event.op in _SEATING and self.seats.get(event.board, season.name, event.member) is None
-            if seats and before - {season.name}:
+            seats = event.op in _SEATING and self.seats.seats(event.board, season.name, event.member)
+            if seats and k > 0 and before - {season.name}:
                 return k
             before.add(season.name)
         return 0
@@ -630,7 +631,7 @@ class Applier:
         board_type: BoardType,
         event: UpdateEvent,
         pairs: list[Instance],
-        memo: dict[tuple[int, str], list[Instance]],
+        memo: dict[tuple[int, str], tuple[list[Instance], list[Instance]]],
     ) -> tuple[list[Instance], int]:
         """An event of a league type counts in its member's division, not in the season (not at
         all if the member has no seat: a delete before any event of the season); and its join."""
@@ -647,12 +648,14 @@ class Applier:
         if seat is None and event.op is Op.DELETE:
             seat = self.seats.lookup(self._client, event.board, season.name, [event.member])[0]
         name = "" if seat is None else seat_instance(league, season.name, seat)
-        out = memo.get((id(pairs), name))
-        if out is None:
+        known = memo.get((id(pairs), name))  # (holding `pairs`: its id is not reused meanwhile)
+        if known is None:
             rest = [inst for inst in pairs if inst is not season]
-            out = rest if seat is None else [*rest, division(league, season, seat)]
-            memo[(id(pairs), name)] = out
-        return out, 0 if seat is None else seat.order
+            known = memo[(id(pairs), name)] = (
+                pairs,
+                rest if seat is None else [*rest, division(league, season, seat)],
+            )
+        return known[1], 0 if seat is None else seat.order
 
     def _league_control(
         self, board_type: BoardType, event: UpdateEvent, pairs: list[Instance]
@@ -665,10 +668,10 @@ class Applier:
         for inst in pairs:
             if season_of([inst]) is None:
                 out.append(inst)
-            elif event.op is Op.ERASE:
+            elif event.op is Op.ERASE:  # (a sealed season too: an erase reaches every period)
                 (seat,) = self.seats.lookup(self._client, event.board, inst.name, [event.member])
                 if seat is not None:
-                    out.append(division(league, inst, seat))
+                    out.append(division(league, inst, seat)._replace(sealable=False))
             else:
                 out += self.seats.divisions(self._client, event.board, board_type, inst)
         return out
@@ -747,14 +750,25 @@ class Applier:
         caller rewinds and retries the batch)."""
         if positions is None:
             positions = [None] * len(events)
-        cut = self._season_change(events)
-        if cut:  # what comes before a league's next season seats anyone is applied first
-            before, failed_before = self.apply_isolated(events[:cut], positions[:cut])
-            after, failed_after = self.apply_isolated(events[cut:], positions[cut:])
-            return before + after, failed_before + failed_after
+        outcomes: list[Outcome] = []
+        failures: list[Failure] = []
+        start = 0
+        while start < len(events):  # a league's season change cuts the batch (_season_change)
+            now = self._now_ms()
+            stop = start + (self._season_change(events[start:], now) or len(events) - start)
+            got, failed = self._apply_part(events[start:stop], positions[start:stop], now)
+            outcomes += got
+            failures += failed
+            start = stop
+        return outcomes, failures
+
+    def _apply_part(
+        self, events: Sequence[tuple[UpdateEvent, int]], positions: Sequence[Position | None], now: int
+    ) -> tuple[list[Outcome], list[Failure]]:
+        """apply_isolated's work on a batch (or the part of it a season change cut off)."""
         failures: list[Failure] = []
         outcomes: list[Outcome] = []
-        chunks = self._chunks(events, positions, failures)
+        chunks = self._chunks(events, positions, failures, now)
         for round_ in _rounds(chunks):
             wants = [bool(self._boards.hot_windows(chunk.board)) for chunk in round_]
             requests = [self._request(c, w) for c, w in zip(round_, wants, strict=True)]

@@ -290,7 +290,10 @@ class BoardStates:
         for name, cells in d.cells.items():
             written = state.instances[name]
             written.cells.update(cells)
-            written.expiry_set = written.expire_at_ms > 0  # every write sets it, or found it set
+            # every write sets it, or found it set; one that removed a member may have emptied
+            # the zset (Redis deletes it, expiry and all): set again when next written
+            removed = any(c[0] is None for c in cells.values())
+            written.expiry_set = written.expire_at_ms > 0 and not removed
         state.metas.update(d.metas)
         req = d.write
         buckets = [w.key for w in req.writes if isinstance(w, IdBucket | IndexBucket)]

@@ -441,11 +441,13 @@ class _Chunk:
             fence=[(f, state.fence.get(f, "")) for s in self.req.sources for f in (s.field, s.field + "!r")],
             directories=directories,
             probes=list(dict.fromkeys(probes)),
-            unsealed=[
-                keys.prepared(inst.name)
-                for inst in self.req.instances
-                if inst.sealable and inst.name not in state.sealed
-            ],
+            unsealed=list(  # (a league's divisions share their season's marker: once)
+                dict.fromkeys(
+                    keys.prepared(inst.name)
+                    for inst in self.req.instances
+                    if inst.sealable and inst.name not in state.sealed
+                )
+            ),
             unstarted=[
                 keys.prepared(n)
                 for n, role, started in zip(self.names, self.roles, self.started, strict=True)

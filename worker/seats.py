@@ -24,7 +24,7 @@ from common.store.league import Placing, place_many
 from common.store.topology import Store
 from common.windows import SEASON_WINDOW
 
-DEFAULT_MAX_SEATS = 1_000_000
+DEFAULT_MAX_SEATS = 200_000  # ~200 B each: ~40 MB of a worker at most; a miss costs one HGET in place.lua
 _SEASON_PREFIX = f"{SEASON_WINDOW}:"
 
 
@@ -56,10 +56,18 @@ class Seats:
     def __init__(self, prefix: str, max_seats: int = DEFAULT_MAX_SEATS) -> None:
         self._prefix = prefix
         self._known: LRUCache[tuple[str, str, str], Seat] = LRUCache(maxsize=max_seats)
+        # (board, season) found sealed by place.lua: final, it seats no one any more
+        self._sealed: LRUCache[tuple[str, str], bool] = LRUCache(maxsize=10_000)
         self.asked = 0  # members Redis was asked to seat (metrics, tests)
 
     def clear(self) -> None:
         self._known.clear()
+        self._sealed.clear()
+
+    def seats(self, board: str, season: str, member: str) -> bool:
+        """Whether an event of `member` in `season` would take a seat: not seated as far as
+        this worker knows, in a season not known to be sealed."""
+        return (board, season) not in self._sealed and (board, season, member) not in self._known
 
     def get(self, board: str, season: str, member: str) -> Seat | None:
         return self._known.get((board, season, member))
@@ -87,6 +95,8 @@ class Seats:
             for member, seat in zip(placing.members, seats, strict=True):
                 if seat is not None:
                     self._known[(board, placing.season, member)] = seat
+                else:  # a sealed season (place.lua seats no one there)
+                    self._sealed[(board, placing.season)] = True
             self.asked += len(placing.members)
 
     def lookup(self, client: Store, board: str, season: str, members: Sequence[str]) -> list[Seat | None]:

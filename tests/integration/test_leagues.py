@@ -460,7 +460,8 @@ def test_an_erase_and_a_reset_empty_divisions_and_keep_seats(rclient: redis.Redi
     reset of the season empties every division of it, seats and all their counts kept; the
     members' next events count in the same divisions again."""
     now = START + 1000
-    a = applier(rclient, settings.key_prefix, decided=True, now=now)
+    clock = [now]
+    a = applier(rclient, settings.key_prefix, decided=True, now=clock)
     board, season = "arena:ctl", season_id(START)
     a.apply([(event(board, f"c{k}", "incr", float(10 - k), f"c{k}"), START + k) for k in range(7)])
     before = redis_league(rclient, settings.key_prefix, board, season)
@@ -494,6 +495,15 @@ def test_an_erase_and_a_reset_empty_divisions_and_keep_seats(rclient: redis.Redi
     assert got["divisions"][("bronze", 1)] == [("c0", 3.0)] and got["divisions"][("bronze", 2)] == [
         ("c4", 3.0)
     ]
+    # a season sealed by the next one's first seat: an erase still reaches its divisions
+    clock[0] = START + WEEK_MS + 2
+    a.apply([(event(board, "later", "incr", 1.0, "l1"), START + WEEK_MS + 1)])
+    assert (
+        rclient.get(BoardKeys(settings.key_prefix, board).prepared(window_instance("season", season)))
+        == b"sealed"
+    )
+    a.apply([(erase._replace(id="x2", member="c0"), clock[0])])
+    assert redis_league(rclient, settings.key_prefix, board, season)["divisions"][("bronze", 1)] == []
 
 
 @BOTH_TOPOLOGIES
@@ -527,3 +537,47 @@ def test_a_chunk_over_more_divisions_than_a_call_holds_is_cut_for_apply_lua(
     assert a.states.stats.fallbacks > 0
     got = redis_league(rclient, settings.key_prefix, "arena:wide", season_id(START))
     assert got == model_league(model, "arena:wide", season_id(START))
+
+
+def test_a_batch_swinging_between_two_seasons_is_applied_in_order(rclient: redis.Redis, settings) -> None:
+    """New members of a season and late events of the one before, alternating in one batch of
+    600: the batch is cut at each new season's seat while the old season is open, never
+    recursing, and what comes after the old season is sealed counts nowhere in the league."""
+    a = applier(rclient, settings.key_prefix, decided=True, now=START + WEEK_MS + 10)
+    model = LeagueModel(rules_of("arena"))
+    batch = []
+    for k in range(300):
+        for member, ts in ((f"n{k}", START + WEEK_MS + 1), (f"o{k}", START + 5)):
+            eid = f"{member}-{ts}"
+            batch.append(
+                (
+                    event("arena:swing", member, "incr", 1.0, eid),
+                    ts,
+                    league_event("arena:swing", member, "incr", 1.0, ts=ts, eid=eid),
+                )
+            )
+    outcomes, failures = a.apply_isolated(
+        [(e, ts) for e, ts, _ in batch], [Position(SRC, j, None) for j in range(600)]
+    )
+    assert failures == [] and len(outcomes) == 600
+    model.apply(le for _, _, le in batch)
+    for season in (season_id(START), season_id(START + WEEK_MS)):
+        assert redis_league(rclient, settings.key_prefix, "arena:swing", season) == model_league(
+            model, "arena:swing", season
+        )
+    assert len(model.season("arena:swing", season_id(START)).seats) == 0  # sealed by n0's seat first
+
+
+def test_a_division_emptied_by_the_worker_and_written_again_expires(rclient: redis.Redis, settings) -> None:
+    """A delete that empties a division drops its key, expiry and all: the worker's next write
+    there sets the expiry again (as apply.lua always does)."""
+    a = applier(rclient, settings.key_prefix, decided=True, now=START + 1000)
+    board = "arena:empty"
+    a.apply([(event(board, "e1", "incr", 1.0, "x1"), START + 1)], [Position(SRC, 0, None)])
+    a.apply([(event(board, "e1", "delete", 0.0, "x2"), START + 2)], [Position(SRC, 1, None)])
+    key = BoardKeys(settings.key_prefix, board).rank(
+        division_instance(window_instance("season", season_id(START)), "bronze", 1)
+    )
+    assert not rclient.exists(key)
+    a.apply([(event(board, "e1", "incr", 2.0, "x3"), START + 3)], [Position(SRC, 2, None)])
+    assert rclient.zcard(key) == 1 and rclient.pttl(key) > 0

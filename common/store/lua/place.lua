@@ -71,19 +71,24 @@ local function outcome(season, tier, order, member)
   return tier
 end
 
+-- the earlier seasons that seated anyone (one EXISTS each, not one HGET each per newcomer)
 local seasons, expiries = {}, {}
 for k = 1, kept do
-  seasons[k], expiries[k] = ARGV[earlier + 2 * k - 1], tonumber(ARGV[earlier + 2 * k])
+  local season = ARGV[earlier + 2 * k - 1]
+  if redis.call('EXISTS', seats_of(season)) == 1 then
+    seasons[#seasons + 1], expiries[#expiries + 1] = season, tonumber(ARGV[earlier + 2 * k])
+  end
 end
-if kept > 0 then seal(seasons[1], expiries[1]) end
+if kept > 0 then seal(ARGV[earlier + 1], tonumber(ARGV[earlier + 2])) end
 local seats, taken = KEYS[K.SEATS], KEYS[K.TAKEN]
+local counts = {}  -- tier -> seats taken, read once and written once per call
 local placed = false
 for i = first, #ARGV do
   local member = ARGV[i]
   local seat = redis.call('HGET', seats, member)
   if not seat then
     local tier = ARGV[A.ENTRY]
-    for k = 1, kept do  -- the member's latest season still kept: how it ended for them
+    for k = 1, #seasons do  -- the member's latest season still kept: how it ended for them
       local held = redis.call('HGET', seats_of(seasons[k]), member)
       if held then
         seal(seasons[k], expiries[k])
@@ -92,14 +97,15 @@ for i = first, #ARGV do
         break
       end
     end
-    local order = tonumber(redis.call('HGET', taken, tier) or '0')
-    redis.call('HSET', taken, tier, order + 1)
+    local order = counts[tier] or tonumber(redis.call('HGET', taken, tier) or '0')
+    counts[tier] = order + 1
     seat = tier .. ':' .. order
     redis.call('HSET', seats, member, seat)
     placed = true
   end
   out[#out + 1] = seat
 end
+for tier, count in pairs(counts) do redis.call('HSET', taken, tier, count) end
 if placed and ARGV[A.EXPIRE] ~= '0' then
   redis.call('PEXPIREAT', seats, ARGV[A.EXPIRE])
   redis.call('PEXPIREAT', taken, ARGV[A.EXPIRE])
