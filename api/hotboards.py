@@ -31,6 +31,7 @@ from api.readrates import ReadRates
 from common.boards import BoardsConfig, BoardType, Order
 from common.cache_records import (
     CHUNK_V2,
+    CHUNK_V3,
     STATE_V2,
     V2_SEQ,
     V2_STATE,
@@ -46,6 +47,7 @@ from common.clients import kafka_consumer, redis_client
 from common.clock import Clock, system_ms
 from common.errors import InfrastructureError
 from common.kafka_types import consume_available
+from common.league import season_instance_of
 from common.periods import expire_at_ms, parse_period
 from common.settings import Settings
 from common.store.encoding import tie_mode
@@ -466,7 +468,7 @@ class HotBoards:
             end = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)[1]
             consumer.incremental_assign([TopicPartition(topic, partition, end)])
             assigned.add(partition)
-        hot = HotBoard.of(board, tuple(w.name for w in board_type.memory_windows()), board_type)
+        hot = HotBoard.of(board, tuple(w.name for w in board_type.promotable_windows()), board_type)
         self._loading[board] = promoted.start(
             client, self._config, self._settings.key_prefix, hot,
             now_ms=self._clock(), skew_s=self._settings.max_future_skew_s,
@@ -616,7 +618,7 @@ class HotBoards:
                 gone = deleted_key(key)
                 if gone is not None:
                     records.append(gone)
-            elif value[0] == CHUNK_V2:
+            elif value[0] in (CHUNK_V2, CHUNK_V3):  # (v3: a league division's)
                 records += decode_chunk(key, value)
             else:
                 records.append(decode(key, value))
@@ -687,7 +689,7 @@ class HotBoards:
         for instance in list(hot.instances):
             if instance == TOTAL_INSTANCE:
                 continue
-            name, period_id = instance.split(":", 1)
+            name, period_id = season_instance_of(instance).split(":", 1)  # (a league's division)
             try:
                 window = board_type.window(name)
                 period = parse_period(window, period_id, tz)

@@ -102,6 +102,13 @@ class HotWindow:
         encoded = member.encode()
         return encoded in self._keys and (not self.loading or self._held_seq(encoded) >= 0)
 
+    def tie_of(self, member: str) -> int | None:
+        """The member's tie (a league division's: its seat order); None if absent or loading."""
+        key = self._keys.get(member.encode())
+        if key is None or self.loading:
+            return None
+        return memory_member(self._mode, self._desc, key[SCORE_BYTES:-9])[1]
+
     def member_seq(self, member: str) -> int:
         """The seq of the member's state or delete held here; -1 if neither."""
         return self._held_seq(member.encode())

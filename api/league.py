@@ -10,15 +10,24 @@ from dataclasses import replace
 from typing import Any
 
 from aiohttp import web
+from cachetools import LRUCache
 
 from api import queries
 from api.errors import ApiError
 from api.front import Front
 from api.params import MAX_AROUND, MAX_LIMIT, Asked, Target, int_param, member_id, target
 from api.redis_reader import RedisBoardReader, window_ref
-from api.routes import ROUTE_PREFIX, answer, warm
+from api.routes import ROUTE_PREFIX, answer, reader_for, warm
 from api.state import APP_STATE
-from common.league import League, division_id, division_instance, parse_division, parse_seat
+from common.league import (
+    DIVISION_MARK,
+    League,
+    Seat,
+    division_id,
+    division_instance,
+    parse_division,
+    parse_seat,
+)
 from common.ranking import Ties, items, json_score
 from common.store.keys import BoardKeys
 from common.store.league import seats_taken, standing
@@ -28,6 +37,8 @@ MEMBER_PARAMS = tuple(sorted((*_SEASON, "limit", "n")))
 DIVISION_PARAMS = tuple(sorted((*_SEASON, "limit", "offset")))
 TIER_PARAMS = tuple(sorted((*_SEASON, "limit", "offset")))
 MAX_DIVISIONS = 1000  # a tier's divisions listed in one answer at most
+MAX_SEATS = 100_000  # members' seats a node remembers (a seat never changes during its season)
+SEATS = web.AppKey("league_seats", LRUCache)
 
 
 def _season(request: Asked) -> tuple[Target, League]:
@@ -46,7 +57,7 @@ def _division(where: Target, tier: str, number: int) -> Target:
     return replace(where, instance=division_instance(where.instance, tier, number))
 
 
-def _reader(request: Asked, where: Target) -> RedisBoardReader:
+def _redis_reader(request: Asked, where: Target) -> RedisBoardReader:
     state = request.app[APP_STATE]
     return RedisBoardReader(state.redis, BoardKeys(state.key_prefix, where.board), where)
 
@@ -63,14 +74,17 @@ async def member(request: web.Request) -> web.Response:
     limit = int_param(request, "limit", 10, 0, MAX_LIMIT)
     state = request.app[APP_STATE]
     keys = BoardKeys(state.key_prefix, where.board)
+    reader = reader_for(request, where)  # memory for a hot league's season, else Redis
 
     async def build() -> dict[str, Any]:
-        raw = await state.redis.call("HGET", keys.seats(where.instance), name)
-        if raw is None:
+        seat = await _seat(request, where, name)
+        if seat is None:
             raise ApiError(404, "member_not_found", f"{name!r} has no seat in season {where.period!r}")
-        seat = parse_seat(raw)
         number = league.division(seat.order)
         division = _division(where, seat.tier, number)
+        body: dict[str, Any] = {**_describe(where, seat.tier, number), "member": name, "joined": seat.order}
+        if reader.source == "memory":
+            return body | await _from_memory(request, division, name, n=n, limit=limit)
         got = await standing(
             state.redis,
             window_ref(keys, division),
@@ -80,7 +94,6 @@ async def member(request: web.Request) -> web.Response:
             limit=limit,
             reverse=division.reverse,
         )
-        body: dict[str, Any] = {**_describe(where, seat.tier, number), "member": name, "joined": seat.order}
         if got.position is None or got.score is None:  # seated, without a score now (deleted, erased)
             body |= {"rank": None, "score": None, "around": []}
         else:
@@ -93,7 +106,54 @@ async def member(request: web.Request) -> web.Response:
         top = items(list(range(1, len(got.top) + 1)), got.top)
         return body | {"members": got.members, "top": top, "source": "redis", "seq": got.seq}
 
-    return await answer(request, where, _reader(request, where), build, MEMBER_PARAMS, reads=2)
+    return await answer(request, where, reader, build, MEMBER_PARAMS, reads=2)
+
+
+async def _seat(request: Asked, where: Target, member: str) -> Seat | None:
+    """The member's seat in the season: as this node learned it (a seat never changes in its
+    season), from a hot league's memory (the division holding the member: its tie is the seat's
+    order), else from Redis."""
+    state = request.app[APP_STATE]
+    known: LRUCache[tuple[str, str, str], Seat] = request.app[SEATS]
+    key = (where.board, where.instance, member)
+    seat = known.get(key)
+    if seat is not None:
+        return seat
+    hot = state.hot.boards.get(where.board)
+    if hot is not None and hot.ready:
+        prefix = where.instance + DIVISION_MARK
+        for instance, window in hot.instances.items():
+            tie = window.tie_of(member) if instance.startswith(prefix) else None
+            if tie is not None:
+                division = parse_division(instance[len(prefix) :])
+                if division is not None:
+                    seat = known[key] = Seat(division[0], tie)
+                    return seat
+    raw = await state.redis.call(
+        "HGET", BoardKeys(state.key_prefix, where.board).seats(where.instance), member
+    )
+    if raw is None:
+        return None
+    seat = known[key] = parse_seat(raw)
+    return seat
+
+
+async def _from_memory(
+    request: Asked, division: Target, member: str, *, n: int, limit: int
+) -> dict[str, Any]:
+    """A member's standing in their division as a hot league's memory holds it (one state)."""
+    reader = reader_for(request, division)
+    top, near = (
+        await reader.page(0, limit, division.reverse),
+        await reader.around(member, n, division.reverse, False),
+    )
+    body: dict[str, Any] = {"rank": None, "score": None, "around": []}
+    if near.found is not None:
+        found = queries.located_item(near.found, division)
+        ranks = list(range(near.start + 1, near.start + 1 + len(near.page.entries)))
+        body = {"rank": found["rank"], "score": found["score"], "around": items(ranks, near.page.entries)}
+    ranks = list(range(1, len(top.entries) + 1))
+    return body | {"members": top.total, "top": items(ranks, top.entries), "source": "memory", "seq": top.seq}
 
 
 @warm
@@ -108,12 +168,12 @@ async def division_top(request: web.Request) -> web.Response:
     offset = int_param(request, "offset", 0, 0, league.division_size)
     limit = int_param(request, "limit", 10, 1, MAX_LIMIT)
     division = _division(where, tier, number)
-    reader = _reader(request, division)
+    reader = reader_for(request, division)  # memory for a hot league's season, else Redis
 
     async def build() -> dict[str, Any]:
         page, ranks = await queries.ranked_page(reader, division, offset, limit)
         return {**_describe(where, tier, number), "members": page.total, "items": items(ranks, page.entries),
-                "source": "redis", "seq": page.seq}  # fmt: skip
+                "source": reader.source, "seq": page.seq}  # fmt: skip
 
     return await answer(request, division, reader, build, DIVISION_PARAMS)
 
@@ -156,10 +216,12 @@ async def tier_divisions(request: web.Request) -> web.Response:
                 "seats": seats, "total": opened, "divisions": divisions, "source": "redis",
                 "seq": int(seq or 0)}  # fmt: skip
 
-    return await answer(request, where, _reader(request, where), build, TIER_PARAMS, reads=2)
+    # (from Redis, hot or not: the seats each tier gave are not in memory)
+    return await answer(request, where, _redis_reader(request, where), build, TIER_PARAMS, reads=2)
 
 
 def add_routes(app: web.Application, front: Front) -> None:
+    app[SEATS] = LRUCache(maxsize=MAX_SEATS)
     prefix = f"{ROUTE_PREFIX}/league"
     front.add(app, "GET", f"{prefix}/members/{{member:[^/]+}}", member, guarded=True)
     front.add(app, "GET", f"{prefix}/divisions/{{division:[^/]+}}/top", division_top, guarded=True)

@@ -56,7 +56,7 @@ def coverage(
     latest = ts_ceiling(skew_s, now_ms)
     since: dict[str, int] = {}
     load: list[str] = []
-    for window in board_type.memory_windows():
+    for window in board_type.promotable_windows():
         if window.kind is WindowKind.TOTAL:
             load.append(TOTAL_INSTANCE)
             continue

@@ -125,9 +125,11 @@ class BoardType:
         rolling = tuple(w for w in self.windows if w.kind is WindowKind.ROLLING)
         object.__setattr__(self, "rolling", rolling)
 
-    def memory_windows(self) -> tuple[Window, ...]:
-        """The windows an API node may hold in memory: all but a league's season (its divisions
-        are read from Redis: api/league.py)."""
+    def promotable_windows(self) -> tuple[Window, ...]:
+        """The windows an API node holds in memory of a board it makes hot by itself (read often:
+        api/promoted.py): all but a league's season, whose divisions only the config's `hot:`
+        puts in memory (an API node reads a board's state from Redis to promote it, and reads no
+        division's)."""
         if self.league is None:
             return self.windows
         return tuple(w for w in self.windows if w.kind is not WindowKind.SEASON)
@@ -707,9 +709,7 @@ def _build_hot(index: int, model: _HotModel, types: Mapping[str, BoardType]) -> 
     if board_type is None:
         raise _InvalidConfigError(f"{path}.board", f"board type {parts[0]!r} is not configured")
     if model.windows is None:
-        return HotBoard(
-            board=model.board, windows=tuple(window.name for window in board_type.memory_windows())
-        )
+        return HotBoard(board=model.board, windows=tuple(window.name for window in board_type.windows))
     if not model.windows:
         raise _InvalidConfigError(f"{path}.windows", "at least one window is required (omit the key for all)")
     known = [window.name for window in board_type.windows]
@@ -723,6 +723,4 @@ def _build_hot(index: int, model: _HotModel, types: Mapping[str, BoardType]) -> 
             )
         if window_name in model.windows[:position]:
             raise _InvalidConfigError(window_path, f"duplicate window {window_name!r}")
-        if board_type.window(window_name) not in board_type.memory_windows():
-            raise _InvalidConfigError(window_path, "a league's season is read from Redis, not from memory")
     return HotBoard(board=model.board, windows=tuple(model.windows))

@@ -11,6 +11,11 @@ Keys (compaction keeps the latest record of each):
 Every record of a board goes to partition crc32(board) % partitions, so a node replays one
 partition per hot board. A sharded board's records name the shard (`common/store/shards.py`).
 
+A league's division (instance `season:<id>@<tier>.<n>`: common/league.py) is written in format 3
+whatever the writer's format: format 2's layouts under a first byte `0x30 | kind`, so a node of a
+release before leagues refuses it (UnknownFormatError: upgrade API nodes before workers) rather
+than keep it as a period it does not know. Its tie is the member's seat order.
+
 Values come in two formats; a node reads both, so old and new workers can write side by side
 through a rolling upgrade (API nodes first: a node of the previous release cannot read format 2).
 - Format 1: a fixed header (kind, score, tie ms, seq) and, for a state or an absence, the member's
@@ -37,11 +42,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 
+from common.league import is_division
+
 FORMATS = (1, 2)
 FORMAT = 2  # what workers write unless RANKSTREAM_CACHE_RECORD_FORMAT says otherwise
 
 _V1 = struct.Struct(">BdqQ")  # kind, score, tie ms, seq
 _V2 = 0x20  # a format-2 value's first byte is 0x20 | kind (a format-1 value's is the kind)
+_V3 = 0x30  # a league division's record: format 2's layout, first byte 0x30 | kind
 _V2_STATE = struct.Struct(">BQdq")  # 0x20 | kind, seq, score, tie ms
 _V2_SEQ = struct.Struct(">BQ")  # 0x20 | kind, seq (then a META record's meta JSON)
 
@@ -60,6 +68,7 @@ class Kind(IntEnum):
 
 STATE_V2 = _V2 | Kind.STATE  # the first byte of a format-2 state: replay's bulk (api/hotboards.py)
 CHUNK_V2 = _V2 | Kind.CHUNK
+CHUNK_V3 = _V3 | Kind.CHUNK  # a backfill's chunk of a league division
 _CHUNK = struct.Struct(">BQII")  # 0x20 | CHUNK, seq, members, bytes of the members' ids
 CHUNK_MEMBERS = 1000  # a chunk holds at most this many members
 CHUNK_BYTES = 256 * 1024  # and is cut before it grows past this (well under Kafka's 1 MB)
@@ -120,6 +129,8 @@ class RecordWriter:
         meta: bytes | None,
     ) -> tuple[bytes, bytes]:
         key = _key(board, instance, member)
+        if is_division(instance):
+            return key, _V2_STATE.pack(_V3 | Kind.STATE, seq, score + 0.0, tie_ms)
         if self.version == 1:
             return key, _V1.pack(Kind.STATE, score, tie_ms, seq) + (meta or b"")
         return key, _V2_STATE.pack(STATE_V2, seq, score + 0.0, tie_ms)  # -0.0 is 0.0, as in Redis
@@ -130,11 +141,15 @@ class RecordWriter:
         """The member is absent from the instance; in format 1 `meta` is its meta on the board all
         the same (a delete drops it; a member absent from one instance may keep it for others)."""
         key = _key(board, instance, member)
+        if is_division(instance):
+            return key, _V2_SEQ.pack(_V3 | Kind.DELETED, seq)
         if self.version == 1:
             return key, _V1.pack(Kind.DELETED, 0.0, 0, seq) + (meta or b"")
         return key, _V2_SEQ.pack(_V2 | Kind.DELETED, seq)
 
     def reset(self, board: str, instance: str, seq: int) -> tuple[bytes, bytes]:
+        if is_division(instance):
+            return _key(board, instance, ""), _V2_SEQ.pack(_V3 | Kind.RESET, seq)
         if self.version == 1:
             return _key(board, instance, ""), _V1.pack(Kind.RESET, 0.0, 0, seq)
         return _key(board, instance, ""), _V2_SEQ.pack(_V2 | Kind.RESET, seq)
@@ -160,7 +175,8 @@ class RecordWriter:
         states = b"".join(_V2_STATE.pack(STATE_V2, seq, score + 0.0, tie) for _, score, tie, _ in rows)
         members = b"\0".join(member.encode() for member, _, _, _ in rows)
         metas = b"\0".join(meta or b"" for _, _, _, meta in rows)
-        value = _CHUNK.pack(CHUNK_V2, seq, len(rows), len(members)) + states + members + metas
+        head = CHUNK_V3 if is_division(instance) else CHUNK_V2
+        value = _CHUNK.pack(head, seq, len(rows), len(members)) + states + members + metas
         return f"{board}\0{instance}\0\0{number}".encode(), value
 
     def board_reset(self, board: str, seq: int) -> tuple[bytes, bytes] | None:
@@ -207,19 +223,20 @@ def decode_chunk(key: bytes, value: bytes) -> list[Record]:
 def decode(key: bytes, value: bytes) -> Record:
     head = value[0]
     parts = key.decode().split("\0")
-    if head & 0xF0 == _V2:
+    if head & 0xF0 in (_V2, _V3):
+        version = 3 if head & 0xF0 == _V3 else 2
         kind = head & 0x0F
         if kind == Kind.STATE:
             _, seq, score, tie = _V2_STATE.unpack_from(value)
-            return Record(Kind.STATE, parts[0], parts[1], parts[2], score, tie, seq, None, 2)
+            return Record(Kind.STATE, parts[0], parts[1], parts[2], score, tie, seq, None, version)
         seq = _V2_SEQ.unpack_from(value)[1]
         if kind == Kind.MARKER:
-            return Record(Kind.MARKER, parts[0], "", "", 0.0, 0, seq, None, 2)
+            return Record(Kind.MARKER, parts[0], "", "", 0.0, 0, seq, None, version)
         if kind in (Kind.DELETED, Kind.RESET):
-            return Record(Kind(kind), parts[0], parts[1], parts[2], 0.0, 0, seq, None, 2)
+            return Record(Kind(kind), parts[0], parts[1], parts[2], 0.0, 0, seq, None, version)
         if kind == Kind.META:
             meta = value[_V2_SEQ.size :] or None
-            return Record(Kind.META, parts[0], "", parts[2], 0.0, 0, seq, meta, 2)
+            return Record(Kind.META, parts[0], "", parts[2], 0.0, 0, seq, meta, version)
     elif Kind.STATE <= head <= Kind.RESET:
         kind, score, tie, seq = _V1.unpack_from(value)
         if kind == Kind.MARKER:

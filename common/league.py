@@ -95,6 +95,15 @@ def parse_division(text: str) -> tuple[str, int] | None:
     return None if match is None else (match[1], int(match[2]))
 
 
+def is_division(instance: str) -> bool:
+    return DIVISION_MARK in instance
+
+
+def season_instance_of(instance: str) -> str:
+    """The season a division's instance is in (`season:<id>`); any other instance itself."""
+    return instance.partition(DIVISION_MARK)[0]
+
+
 def division_instance(season_instance: str, tier: str, number: int) -> str:
     """The window instance a division is in Redis: `season:<period>@<tier>.<n>`."""
     return f"{season_instance}{DIVISION_MARK}{division_id(tier, number)}"

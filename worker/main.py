@@ -195,7 +195,8 @@ def build_loop(
         )  # fmt: skip
         preparer = PreparerThread(rolling)
     results = None
-    if any(board_type.results for board_type in boards.types.values()):
+    # (a league's seasons end in records of their own: worker/results.py)
+    if any(board_type.results or board_type.league for board_type in boards.types.values()):
         emitter = results_emitter(settings, redis_client(settings), boards, transactional_id, clock=clock,
                                   metrics=metrics)  # fmt: skip
         results = ResultsThread(emitter)

@@ -44,7 +44,7 @@ class Promotions:
         if hot or board not in self._promoted:
             return hot
         board_type = self._boards.type_for(board_of(board).split(":", 1)[0])
-        return () if board_type is None else tuple(w.name for w in board_type.memory_windows())
+        return () if board_type is None else tuple(w.name for w in board_type.promotable_windows())
 
     def marks(self, board: str) -> bool:
         """Whether the board's markers go out without a backfill: registered, not hot by the config."""

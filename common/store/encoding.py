@@ -109,6 +109,12 @@ def decode_member(mode: TieMode, encoded: str) -> str:
     return encoded if mode is TieMode.NONE else encoded[TIE_WIDTH:]
 
 
+def decode_entry(mode: TieMode, encoded: str) -> tuple[str, int]:
+    """(member, tie) of a tie-prefixed zset member (encode_member's inverse; mode not none)."""
+    value = int(encoded[:TIE_WIDTH], 16)
+    return encoded[TIE_WIDTH:], TIE_MAX - value if mode is TieMode.INV else value
+
+
 def tie_prefix_length(mode: TieMode) -> int:
     """Characters of a zset member before the member id."""
     return 0 if mode is TieMode.NONE else TIE_WIDTH

@@ -13,11 +13,13 @@ from dataclasses import dataclass
 from typing import cast
 
 from common.boards import BoardsConfig, BoardType, Window, WindowKind
+from common.league import is_division, season_instance_of
 from common.periods import parse_period
 from common.store.encoding import (
     MemberState,
     Packing,
     TieMode,
+    decode_entry,
     parse_state,
     text,
     tie_mode,
@@ -58,6 +60,9 @@ def state_pages(
     if packing is not None:
         for page in _packed_pages(client, keys, instance):
             yield _with_metas(client, keys, {m: packing.unpack(v) for m, v in page})
+        return
+    if is_division(instance):  # a league's division: no tie index, each entry says its tie
+        yield _with_metas(client, keys, _division_states(client, keys, instance, mode))
         return
     if not client.exists(keys.state(instance)):
         for page in _indexed_pages(client, keys, instance, mode):
@@ -126,6 +131,19 @@ def _indexed_pages(
         yield list(zip(reply[1::2], reply[2::2], strict=True))
 
 
+def _division_states(
+    client: Store, keys: BoardKeys, instance: str, mode: TieMode
+) -> dict[bytes, MemberState]:
+    """A league division's members and states, read at once: a division holds at most its
+    division_size (10,000), so one ZRANGE is short and sees one state of it."""
+    rows = cast(list[tuple[bytes, float]], client.zrange(keys.rank(instance), 0, -1, withscores=True))
+    out: dict[bytes, MemberState] = {}
+    for raw, score in rows:
+        member, tie = decode_entry(mode, text(raw))
+        out[member.encode()] = MemberState(float(score), tie)
+    return out
+
+
 def _with_metas(client: Store, keys: BoardKeys, states: dict[bytes, MemberState]) -> list[StateRow]:
     members = list(states)
     metas = client.hmget(keys.meta, members) if members else []
@@ -161,5 +179,6 @@ def instance_packing(
     for a period id the window does not have."""
     if window.kind is WindowKind.TOTAL:
         return window_packing(board_type, window, 0)
-    start = parse_period(window, instance.split(":", 1)[1], boards.timezone).start_ms
+    period_id = season_instance_of(instance).split(":", 1)[1]  # a league's division: its season's
+    start = parse_period(window, period_id, boards.timezone).start_ms
     return window_packing(board_type, window, start)

@@ -10,9 +10,10 @@ import random
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import orjson
 import pytest
 import redis
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaException, Producer
 
 from common.boards import RESULT_SETTLE_MS
 from common.league import division_id
@@ -20,6 +21,7 @@ from common.results import result_key
 from common.settings import Settings
 from common.store import periodmark
 from common.store.keys import BoardKeys, results_due, results_emitter, window_instance
+from tests.helpers import running_worker, wait_for
 from tests.integration.test_leagues import (
     BOARDS,
     CONFIG,
@@ -176,4 +178,27 @@ def test_a_fenced_zombie_cannot_publish_a_season(setup):
     client.set(lease_key, "w2")
     clock.now = DUE
     assert step(successor) == 1
+    assert published(settings) == expected(model)
+
+
+def test_a_worker_publishes_a_league_seasons_end_on_its_own(setup):
+    """The real worker loop (a league type declares no period_results: its results emitter runs
+    for the league alone) takes the stream from Kafka and, once the season's grace has passed
+    by its clock, publishes the season's records."""
+    settings, client = setup
+    clock = [START + 1000]
+    model = LeagueModel(rules_of("arena"))
+    producer = Producer({"bootstrap.servers": settings.kafka_bootstrap, "enable.idempotence": True})
+    for k in range(12):
+        member, score, ts = f"w{k}", float(k % 4), START + k
+        value = orjson.dumps({"id": f"w{k}", "board": BOARD, "member": member, "score": score, "ts": ts})
+        producer.produce(settings.topic_updates, value, key=BOARD.encode())
+        model.apply([league_event(BOARD, member, "incr", score, ts=ts, eid=f"w{k}")])
+    assert producer.flush(30) == 0
+    seq = BoardKeys(settings.key_prefix, BOARD).seq
+    with running_worker(settings, lambda: clock[0]):
+        wait_for(lambda: int(client.get(seq) or 0) == 12, 60, "the stream applied")
+        assert published(settings) == []
+        clock[0] = DUE
+        wait_for(lambda: len(published(settings)) == 4, 60, "the season's records")
     assert published(settings) == expected(model)

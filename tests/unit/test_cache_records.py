@@ -6,7 +6,16 @@ from __future__ import annotations
 
 import pytest
 
-from common.cache_records import Kind, Record, RecordWriter, UnknownFormatError, decode, deleted_key
+from common.cache_records import (
+    CHUNK_V3,
+    Kind,
+    Record,
+    RecordWriter,
+    UnknownFormatError,
+    decode,
+    decode_chunk,
+    deleted_key,
+)
 
 B, DAY = "gift:r1", "day:2026-11-29"
 META = b'{"name":"A"}'
@@ -60,3 +69,32 @@ def test_a_newer_format_is_refused_in_one_readable_error(first):
 def test_an_unknown_format_is_refused_at_setup():
     with pytest.raises(ValueError, match="format must be one of"):
         RecordWriter(3)
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_league_division_is_written_in_format_3_whatever_the_format(version: int) -> None:
+    """Its records decode as format 3 (a node before leagues refuses them), everything else as
+    the writer's format; a backfill's chunk of a division too."""
+    writer, division, period = RecordWriter(version), "season:2026-11-02+4@gold.3", "season:2026-11-02+4"
+    key, value = writer.state("arena:x", division, "m", score=5.0, tie_ms=17, seq=9, meta=None)
+    assert value[0] == 0x31 and decode(key, value) == Record(
+        Kind.STATE, "arena:x", division, "m", 5.0, 17, 9, None, 3
+    )
+    key, value = writer.deleted("arena:x", division, "m", 10)
+    assert value[0] == 0x32 and decode(key, value).kind is Kind.DELETED
+    key, value = writer.reset("arena:x", division, 11)
+    assert value[0] == 0x34 and decode(key, value).version == 3
+    assert writer.state("arena:x", period, "m", score=5.0, tie_ms=17, seq=9, meta=None)[1][0] == (
+        Kind.STATE if version == 1 else 0x21
+    )
+    chunk = RecordWriter(2).chunk("arena:x", division, 0, 12, [("m", 5.0, 17, None)])
+    assert chunk is not None and chunk[1][0] == CHUNK_V3
+    got = decode_chunk(*chunk)[0]
+    assert (got.board, got.instance, got.member, got.score, got.tie_ms, got.seq) == (
+        "arena:x",
+        division,
+        "m",
+        5.0,
+        17,
+        12,
+    )

@@ -33,7 +33,7 @@ def test_a_league_reads_as_declared_with_its_defaults() -> None:
     assert league.divisions(0) == 0 and league.divisions(100) == 1 and league.divisions(101) == 2
 
 
-def test_a_league_season_is_never_packed_and_never_hot() -> None:
+def test_a_league_season_is_never_packed_and_hot_only_by_the_config() -> None:
     from common.store.encoding import window_packing
 
     text = league_type("{division_size: 10, tiers: [a]}", "hot: [{board: arena}]", "[day, season]").replace(
@@ -43,7 +43,8 @@ def test_a_league_season_is_never_packed_and_never_hot() -> None:
     board_type = config.types["arena"]
     assert window_packing(board_type, board_type.window("season"), 0) is None
     assert window_packing(board_type, board_type.window("day"), 0) is not None
-    assert config.hot[0].windows == ("day",)
+    assert config.hot[0].windows == ("day", "season")
+    assert [w.name for w in board_type.promotable_windows()] == ["day"]  # a node's own promotion: not
 
 
 @pytest.mark.parametrize(
@@ -68,8 +69,6 @@ def test_a_league_season_is_never_packed_and_never_hot() -> None:
         ("{division_size: 10, tiers: [a]}", "    max_members: 5\n", "types.arena.max_members: a league type"),
         ("{division_size: 10, tiers: [a]}", "    retention: {season: 30}\n"
          "    period_results: {windows: [season]}\n", "arena.period_results: a league's season has no"),
-        ("{division_size: 10, tiers: [a]}", "hot: [{board: arena, windows: [season]}]\n",
-         "hot[0].windows[0]: a league's season is read from Redis"),
     ],
 )  # fmt: skip
 def test_a_mistaken_league_is_one_line_naming_its_key(league: str, extra: str, error: str) -> None:
