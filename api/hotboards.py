@@ -47,7 +47,7 @@ from common.clients import kafka_consumer, redis_client
 from common.clock import Clock, system_ms
 from common.errors import InfrastructureError
 from common.kafka_types import consume_available
-from common.league import season_instance_of
+from common.league import is_division, season_instance_of
 from common.periods import expire_at_ms, parse_period
 from common.settings import Settings
 from common.store.encoding import tie_mode
@@ -669,7 +669,12 @@ class HotBoards:
         for record in records:
             hot = self.boards.get(board_of(record.board))
             if hot is not None:
-                new_instance = record.instance and record.instance not in hot.instances
+                # (a league's new division is no new period: the minute's sweep sees it)
+                new_instance = (
+                    record.instance
+                    and record.instance not in hot.instances
+                    and not is_division(record.instance)
+                )
                 hot.apply(record)
                 touched.add(hot.board)
                 if new_instance:

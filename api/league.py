@@ -37,7 +37,7 @@ MEMBER_PARAMS = tuple(sorted((*_SEASON, "limit", "n")))
 DIVISION_PARAMS = tuple(sorted((*_SEASON, "limit", "offset")))
 TIER_PARAMS = tuple(sorted((*_SEASON, "limit", "offset")))
 MAX_DIVISIONS = 1000  # a tier's divisions listed in one answer at most
-MAX_SEATS = 100_000  # members' seats a node remembers (a seat never changes during its season)
+MAX_SEATS = 100_000  # hot leagues' members' divisions a node remembers (checked against memory)
 SEATS = web.AppKey("league_seats", LRUCache)
 
 
@@ -110,32 +110,32 @@ async def member(request: web.Request) -> web.Response:
 
 
 async def _seat(request: Asked, where: Target, member: str) -> Seat | None:
-    """The member's seat in the season: as this node learned it (a seat never changes in its
-    season), from a hot league's memory (the division holding the member: its tie is the seat's
-    order), else from Redis."""
+    """The member's seat in the season: for a hot league, the division memory holds the member
+    in (its tie is the seat's order), remembered as long as memory still holds the member there
+    (a data set Redis lost and rebuilt may seat members again); else, and for a member memory
+    holds in no division (seated without a score), Redis' word, asked each time."""
     state = request.app[APP_STATE]
-    known: LRUCache[tuple[str, str, str], Seat] = request.app[SEATS]
-    key = (where.board, where.instance, member)
-    seat = known.get(key)
-    if seat is not None:
-        return seat
     hot = state.hot.boards.get(where.board)
     if hot is not None and hot.ready:
+        known: LRUCache[tuple[str, str, str], tuple[str, Seat]] = request.app[SEATS]
+        key = (where.board, where.instance, member)
+        held = known.get(key)
+        if held is not None:
+            window = hot.instances.get(held[0])
+            if window is not None and window.tie_of(member) == held[1].order:
+                return held[1]
         prefix = where.instance + DIVISION_MARK
         for instance, window in hot.instances.items():
             tie = window.tie_of(member) if instance.startswith(prefix) else None
-            if tie is not None:
-                division = parse_division(instance[len(prefix) :])
-                if division is not None:
-                    seat = known[key] = Seat(division[0], tie)
-                    return seat
+            division = parse_division(instance[len(prefix) :]) if tie is not None else None
+            if tie is not None and division is not None:
+                seat = Seat(division[0], tie)
+                known[key] = (instance, seat)
+                return seat
     raw = await state.redis.call(
         "HGET", BoardKeys(state.key_prefix, where.board).seats(where.instance), member
     )
-    if raw is None:
-        return None
-    seat = known[key] = parse_seat(raw)
-    return seat
+    return None if raw is None else parse_seat(raw)
 
 
 async def _from_memory(
