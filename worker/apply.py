@@ -563,19 +563,14 @@ class Applier:
         batch (an incr, set or best its season still takes, on a board still open)."""
         wanted: dict[tuple[str, str], tuple[Wanted, dict[str, None]]] = {}
         for event, ts in events:
-            if event.op not in _SEATING:
+            found = self._league_season(event, ts, now, memo) if event.op in _SEATING else None
+            if found is None:
                 continue
-            board_type = self._boards.type_for(event.board_type)
-            if board_type is None or board_type.league is None:
-                continue
+            board_type, season = found
             ends = board_type.ends_at_ms
             if ends is not None and (ts >= ends or now >= ends + board_type.late_grace_ms):
                 continue
-            try:
-                season = season_of(self._instances(board_type, ts, now, memo).pairs)
-            except Exception:  # noqa: BLE001, S112 - the main loop dead-letters it
-                continue
-            if season is None or not self.seats.seats(event.board, season.name, event.member):
+            if not self.seats.seats(event.board, season.name, event.member):
                 continue
             key = (event.board, season.name)
             if key not in wanted:
@@ -594,21 +589,31 @@ class Applier:
         memo = _Memo()
         seen: dict[str, set[str]] = {}  # board -> the league seasons its events counted in so far
         for k, (event, ts) in enumerate(events):
-            board_type = self._boards.type_for(event.board_type)
-            if board_type is None or board_type.league is None or event.op in CONTROL_OPS:
+            found = self._league_season(event, ts, now, memo) if event.op not in CONTROL_OPS else None
+            if found is None:
                 continue
-            try:
-                season = season_of(self._instances(board_type, ts, now, memo).pairs)
-            except Exception:  # noqa: BLE001, S112 - the main loop dead-letters it
-                continue
-            if season is None:
-                continue
+            season = found[1]
             before = seen.setdefault(event.board, set())
             seats = event.op in _SEATING and self.seats.seats(event.board, season.name, event.member)
             if seats and k > 0 and before - {season.name}:
                 return k
             before.add(season.name)
         return 0
+
+    def _league_season(
+        self, event: UpdateEvent, ts: int, now: int, memo: _Memo
+    ) -> tuple[BoardType, Instance] | None:
+        """The event's league type and the season instance it counts in; None for another type,
+        a time no season takes now, or an event whose windows can't be computed (the main loop
+        dead-letters it)."""
+        board_type = self._boards.type_for(event.board_type)
+        if board_type is None or board_type.league is None:
+            return None
+        try:
+            season = season_of(self._instances(board_type, ts, now, memo).pairs)
+        except Exception:  # noqa: BLE001 - the main loop dead-letters it
+            return None
+        return None if season is None else (board_type, season)
 
     def _wanted(self, board: str, board_type: BoardType, season: Instance, ts: int) -> Wanted:
         """A league season to seat members in, and the seasons before it still kept, newest
