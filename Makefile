@@ -7,7 +7,7 @@ export RANKSTREAM_BOARDS ?= deploy/boards.yaml
 # parallel test runners, each with its own Kafka and Redis (tests/conftest.py)
 TEST_JOBS ?= 2
 
-.PHONY: help setup run stop test test-fast lint bench lock audit clean
+.PHONY: help setup run stop test test-fast lint bench chaos lock audit clean
 
 help:  ## this list
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-9s %s\n", $$1, $$2}'
@@ -42,6 +42,9 @@ lint: setup  ## ruff and mypy --strict
 
 bench: setup  ## benchmarks; JSON reports in bench/results/
 	$(BIN)/python -m bench
+
+chaos: setup  ## every fault scenario on real processes, compared exactly with the model; writes docs/guarantees-table.md
+	$(BIN)/python -m chaos --table
 
 lock: setup  ## rewrite requirements.lock from pyproject.toml (every version, with hashes)
 	$(BIN)/pip-compile -q --extra dev --generate-hashes --strip-extras --allow-unsafe \
