@@ -111,8 +111,7 @@ def decode_member(mode: TieMode, encoded: str) -> str:
 
 def decode_entry(mode: TieMode, encoded: str) -> tuple[str, int]:
     """(member, tie) of a tie-prefixed zset member (encode_member's inverse; mode not none)."""
-    value = int(encoded[:TIE_WIDTH], 16)
-    return encoded[TIE_WIDTH:], TIE_MAX - value if mode is TieMode.INV else value
+    return encoded[TIE_WIDTH:], _tie_value(mode, int(encoded[:TIE_WIDTH], 16))  # inv: its own inverse
 
 
 def tie_prefix_length(mode: TieMode) -> int:
