@@ -59,34 +59,41 @@ def _size(answer: Answer) -> int:
 
 
 class _Answers(LRUCache[str, "Answer"]):
-    """The LRU of answers, counting them per board (so boards no longer held are found without
-    walking the answers, which would also reorder the LRU)."""
+    """The LRU of answers, with the keys of each board's (so a board's answers are dropped the
+    moment it changes, and boards no longer held are found, without walking the answers, which
+    would also reorder the LRU)."""
 
     def __init__(self, max_bytes: int) -> None:
         super().__init__(max_bytes, getsizeof=_size)
-        self.per_board: dict[str, int] = {}
+        self.per_board: dict[str, set[str]] = {}
 
     def __setitem__(self, key: str, value: Answer) -> None:
         old = self.get(key)
         super().__setitem__(key, value)
         if old is not None:
-            self._gone(old.board)
-        self.per_board[value.board] = self.per_board.get(value.board, 0) + 1
+            self._gone(old.board, key)
+        self.per_board.setdefault(value.board, set()).add(key)
 
     def __delitem__(self, key: str) -> None:
         board = Cache.__getitem__(self, key).board  # the base class's: no reordering
         super().__delitem__(key)
-        self._gone(board)
+        self._gone(board, key)
 
     def clear(self) -> None:
         super().clear()
         self.per_board.clear()
 
-    def _gone(self, board: str) -> None:
-        left = self.per_board[board] - 1
-        if left:
-            self.per_board[board] = left
-        else:
+    def drop_board(self, board: str) -> None:
+        """Every answer of `board`: a stale answer is never served again, so it must not hold
+        memory until the LRU reaches it (the memory would grow with the changes seen, up to the
+        cap, instead of with the answers worth keeping)."""
+        for key in list(self.per_board.get(board, ())):
+            del self[key]
+
+    def _gone(self, board: str, key: str) -> None:
+        keys = self.per_board[board]
+        keys.discard(key)
+        if not keys:
             del self.per_board[board]
 
 
@@ -208,6 +215,7 @@ class WarmCache:
         if board not in self._generations:
             return  # nothing of it kept or being read
         self._generations[board] += 1
+        self._answers.drop_board(board)
         low = self._low_seq.pop(board, None)
         if low is not None and before > low:
             self.gaps += 1  # a notice for this board was lost: the answers are dropped all the same
@@ -216,6 +224,7 @@ class WarmCache:
         """Serve nothing kept of `board` any more (it is served from memory from now on)."""
         if board in self._generations:
             self._generations[board] += 1
+            self._answers.drop_board(board)
 
     def new_epoch(self) -> None:
         self.epoch += 1
@@ -239,6 +248,7 @@ class WarmCache:
         """The safety check found the board's seq past what is kept: a notice was missed."""
         self.checks_dropped += 1
         self._generations[board] = self._generations.get(board, 0) + 1
+        self._answers.drop_board(board)
         self._low_seq.pop(board, None)
 
 

@@ -1,6 +1,7 @@
 """api/warm.py's bookkeeping without Redis: answers kept only while the seq check keeps up, a
 board's generation dropped only once nothing of it is kept or read, the byte bound counting
-keys, and an answer too big for the cache read but not kept."""
+keys, an answer too big for the cache read but not kept, and a changed board's answers out of
+memory at once (the chaos suite's soak found them held until the LRU reached them)."""
 
 from __future__ import annotations
 
@@ -48,3 +49,21 @@ def test_an_answer_too_big_for_the_cache_is_read_but_not_kept():
     cache.live = True
     loaded(cache, "/big", "gift:a", b"x" * 1000)
     assert cache.get("/big") is None and cache.size == 0
+
+
+def test_a_changed_boards_answers_leave_memory_at_once():
+    cache = WarmCache(1 << 20, lambda: 0)
+    cache.live = True
+    for i in range(5):
+        loaded(cache, f"/a{i}", "gift:a")
+        loaded(cache, f"/b{i}", "gift:b")
+        loaded(cache, f"/c{i}", "gift:c")
+    held = cache.size_bytes
+    cache.changed("gift:a", 7, 8)  # a notice
+    cache.moved("gift:b")  # the seq check
+    assert cache.size == 5 and cache.size_bytes == held // 3
+    assert all(cache.get(f"/c{i}") is not None for i in range(5))
+    cache.drop("gift:c")  # served from memory from now on
+    assert cache.size == 0 and cache.size_bytes == 0
+    cache.prune()
+    assert cache.boards_held() == {}
