@@ -18,7 +18,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from chaos.check import Verdict, compare
-from chaos.config import ALL_BOARDS, HOT, SOAK_BOARDS, SOAK_MEMBERS, boards_yaml, kind
+from chaos.config import ALL_BOARDS, HOT, SOAK_BOARDS, boards_yaml, kind
 from chaos.fuzz import fuzz, judge, locked_env
 from chaos.model import Model
 from chaos.proxy import Proxy
@@ -459,6 +459,10 @@ def http_fuzz(run: Run, outcome: Outcome, cases: int, coverage: bool) -> None:
 
 SOAK_ID_WINDOW_S = 300
 SOAK_READS_PER_S = 20.0
+# the members reads look up, on each board: viewers follow a board's top and a few members, and a
+# node keeps bounded maps of the requests it saw (api/routes.py MAX_REQUEST_KEYS, MAX_HOT_ANSWERS)
+# that reads spread over every member would take the whole soak to fill
+SOAK_READ_MEMBERS = 200
 
 
 def _drain_rate(run: Run, total: int) -> float:
@@ -507,7 +511,7 @@ def soak(run: Run, outcome: Outcome, seconds: float, burst: int) -> None:
     run.add_worker()
     most = _drain_rate(run, total)
     rate = most / 2
-    reads = Reads(list(run.nodes.values()), SOAK_BOARDS, SOAK_MEMBERS, SOAK_READS_PER_S, run.seed)
+    reads = Reads(list(run.nodes.values()), SOAK_BOARDS, SOAK_READ_MEMBERS, SOAK_READS_PER_S, run.seed)
     reads.start()
     pacer = run.pace(islice(plan, int(rate * seconds)), rate)
     samples: list[tuple[float, dict[str, int], int]] = []  # (seconds in, RSS by process, used_memory)
