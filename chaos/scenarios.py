@@ -97,7 +97,6 @@ class Run:
         self.pacer: Pacer | None = None
         self.model: Model | None = None  # the model the run ended compared with
         self._serial = 0
-        self._progress: Consumer | None = None  # reads update_rank's offsets
 
     def add_worker(self) -> str:
         self._serial += 1
@@ -128,16 +127,18 @@ class Run:
     def _offsets(self) -> tuple[dict[int, int], dict[int, int]] | None:
         """(end offsets, committed offsets) of update_rank; None while Kafka does not answer."""
         topic = self.settings.topic_updates
-        if self._progress is None:  # never subscribes: it only asks the group's committed offsets
-            self._progress = Consumer({"bootstrap.servers": self.servers.kafka.bootstrap,
-                                       "group.id": self.settings.worker_group, "enable.auto.commit": False,
-                                       "socket.timeout.ms": 5000})  # fmt: skip
+        # a consumer of its own each time: one kept across a broker restart was seen answering
+        # nothing for minutes after the broker was back
+        consumer = Consumer({"bootstrap.servers": self.servers.kafka.bootstrap, "group.id": self.settings.worker_group,
+                             "enable.auto.commit": False, "socket.timeout.ms": 5000})  # fmt: skip
         parts = [TopicPartition(topic, p) for p in range(UPDATE_PARTITIONS)]
         try:
-            ends = {p.partition: self._progress.get_watermark_offsets(p, timeout=5)[1] for p in parts}
-            committed = {p.partition: max(p.offset, 0) for p in self._progress.committed(parts, timeout=5)}
+            ends = {p.partition: consumer.get_watermark_offsets(p, timeout=5)[1] for p in parts}
+            committed = {p.partition: max(p.offset, 0) for p in consumer.committed(parts, timeout=5)}
         except KafkaException:
             return None
+        finally:
+            consumer.close()
         return ends, committed
 
     def committed_sum(self) -> int:
@@ -178,8 +179,6 @@ class Run:
         outcome.verdict, self.model = compare(self.servers, self.nodes, self.start_ms)
 
     def close(self) -> None:
-        if self._progress is not None:
-            self._progress.close()
         if self.pacer is not None:
             self.pacer.stopping.set()
         for proc in [*self.workers.values(), *self.nodes.values()]:
@@ -618,6 +617,8 @@ def run_scenario(name: str, profile: Profile, seed: int, folder: Path) -> Outcom
             wait_for(node.ready, 120, f"{node_name} ready")
         SCENARIOS[name][1](profile)(run, outcome)
         run.finish(outcome)
+    except Exception as exc:  # noqa: BLE001 - a scenario that breaks is a failed row; the others still run
+        outcome.failures.append(f"the scenario broke: {type(exc).__name__}: {exc}")
     finally:
         run.close()
     outcome.seconds = time.monotonic() - began
