@@ -2,23 +2,19 @@
 
 from __future__ import annotations
 
-import random
 import threading
 import time
-from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, cast
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
-from chaos.config import soak_member
-from chaos.servers import ApiNode
 from chaos.stream import Planned
 
 
 class Pacer(threading.Thread):
-    """Produces `plan` at `rate` messages a second in a thread (the Kafka timestamp is the clock's
+    """Produces `plan` at `rate` events a second in a thread (the Kafka timestamp is the clock's
     when each message is built); librdkafka retries what a broker outage held up."""
 
     def __init__(self, bootstrap: str, topic: str, plan: Iterator[Planned], rate: float) -> None:
@@ -27,7 +23,6 @@ class Pacer(threading.Thread):
         self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "message.max.bytes": 2_097_152,
                                   "message.timeout.ms": 600_000})  # fmt: skip
         self.sent = 0
-        self.last_ms = 0  # the Kafka timestamp of the last message produced
         self.failed: list[str] = []
         self.stopping = threading.Event()
 
@@ -43,7 +38,7 @@ class Pacer(threading.Thread):
             ahead = self.sent / self.rate - (time.monotonic() - began)
             if ahead > 0:
                 time.sleep(ahead)
-            now = self.last_ms = int(time.time() * 1000)
+            now = int(time.time() * 1000)
             value = planned.build(now)
             while True:
                 try:
@@ -62,38 +57,6 @@ class Pacer(threading.Thread):
             raise TimeoutError("the producer did not finish")
         if self.failed:
             raise RuntimeError(f"{len(self.failed)} messages were not delivered: {self.failed[:3]}")
-
-
-class Reads(threading.Thread):
-    """Reads at `per_s` a second over the API nodes in turn while the stream flows: a board's top
-    page, a member, a member's neighbours. Counts the answers by status."""
-
-    def __init__(
-        self, nodes: list[ApiNode], boards: list[str], members: int, per_s: float, seed: int
-    ) -> None:
-        super().__init__(name="chaos-reads", daemon=True)
-        self.nodes, self.boards, self.members, self.per_s = nodes, boards, members, per_s
-        self.rng = random.Random(seed)
-        self.statuses: Counter[int] = Counter()
-        self.stopping = threading.Event()
-
-    def path(self) -> str:
-        board, member = self.rng.choice(self.boards), soak_member(self.rng.randrange(self.members))
-        return self.rng.choice([f"/v1/boards/{board}/top?limit=10", f"/v1/boards/{board}/top?window=day&limit=10",
-                                f"/v1/boards/{board}/members/{member}", f"/v1/boards/{board}/members/{member}/around?n=3"])  # fmt: skip
-
-    def run(self) -> None:
-        began, done = time.monotonic(), 0
-        while not self.stopping.is_set():
-            node = self.nodes[done % len(self.nodes)]
-            self.statuses[node.get(self.path())[0]] += 1
-            done += 1
-            self.stopping.wait(max(0.0, done / self.per_s - (time.monotonic() - began)))
-
-    def stop(self) -> Counter[int]:
-        self.stopping.set()
-        self.join(60)
-        return self.statuses
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """api/warm.py's bookkeeping without Redis: answers kept only while the seq check keeps up, a
 board's generation dropped only once nothing of it is kept or read, the byte bound counting
 keys, an answer too big for the cache read but not kept, and a changed board's answers out of
-memory at once (the chaos suite's soak found them held until the LRU reached them)."""
+memory at once (a soak found them held until the LRU reached them)."""
 
 from __future__ import annotations
 
