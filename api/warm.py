@@ -214,8 +214,7 @@ class WarmCache:
         """A notice: every answer of `board` kept or being read is stale."""
         if board not in self._generations:
             return  # nothing of it kept or being read
-        self._generations[board] += 1
-        self._answers.drop_board(board)
+        self._stale(board)
         low = self._low_seq.pop(board, None)
         if low is not None and before > low:
             self.gaps += 1  # a notice for this board was lost: the answers are dropped all the same
@@ -223,8 +222,13 @@ class WarmCache:
     def drop(self, board: str) -> None:
         """Serve nothing kept of `board` any more (it is served from memory from now on)."""
         if board in self._generations:
-            self._generations[board] += 1
-            self._answers.drop_board(board)
+            self._stale(board)
+
+    def _stale(self, board: str) -> None:
+        """Every answer of `board` kept goes, and every one being read will not be kept (its
+        stamp names the generation before this one)."""
+        self._generations[board] = self._generations.get(board, 0) + 1
+        self._answers.drop_board(board)
 
     def new_epoch(self) -> None:
         self.epoch += 1
@@ -247,8 +251,7 @@ class WarmCache:
     def moved(self, board: str) -> None:
         """The safety check found the board's seq past what is kept: a notice was missed."""
         self.checks_dropped += 1
-        self._generations[board] = self._generations.get(board, 0) + 1
-        self._answers.drop_board(board)
+        self._stale(board)
         self._low_seq.pop(board, None)
 
 
