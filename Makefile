@@ -6,7 +6,8 @@ STAMP := $(VENV)/.installed
 export RANKSTREAM_BOARDS ?= deploy/boards.yaml
 # parallel test runners, each with its own Kafka and Redis (tests/conftest.py)
 TEST_JOBS ?= 2
-
+# the chaos suite's soak, minutes (docs/chaos.md)
+SOAK_MINUTES ?= 30
 .PHONY: help setup run stop test test-fast lint bench chaos lock audit clean
 
 help:  ## this list
@@ -43,8 +44,8 @@ lint: setup  ## ruff and mypy --strict
 bench: setup  ## benchmarks; JSON reports in bench/results/
 	$(BIN)/python -m bench
 
-chaos: setup  ## every fault scenario on real processes, compared exactly with the model; writes docs/guarantees-table.md
-	$(BIN)/python -m chaos --table
+chaos: setup  ## every fault scenario on real processes, compared exactly with the model (SOAK_MINUTES, default 30); writes docs/guarantees-table.md
+	$(BIN)/python -m chaos --table --soak-minutes $(SOAK_MINUTES)
 
 lock: setup  ## rewrite requirements.lock from pyproject.toml (every version, with hashes)
 	$(BIN)/pip-compile -q --extra dev --generate-hashes --strip-extras --allow-unsafe \

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -23,6 +23,7 @@ from tests.redis_layout import read_general
 
 RESULTS_SETTLE_MS = 5_000  # the emitter's turn after a period's grace has passed
 SHOWN = 40
+PAGE = 500  # the most a page holds
 
 
 @dataclass
@@ -48,9 +49,20 @@ class Verdict:
         return not (self.lost or self.doubled or self.wrong or self.problems)
 
 
-def build_model(records: list[Record], start_ms: int) -> Model:
+def _seq(v: Verdict, where: str, seq: int, b: Board) -> None:
+    """A board's seq (events applied) against the model's: what it lacks was lost, what it has
+    over was doubled."""
+    if seq != b.seq:
+        v.lost += max(0, b.seq - seq)
+        v.doubled += max(0, seq - b.seq)
+        v.problem(f"{where} {b.name}: seq {seq}, the model's {b.seq}")
+
+
+def build_model(records: Iterable[Record], start_ms: int) -> Model:
+    """The model fed with `records` in their order: one partition after another, each in offset
+    order."""
     model = Model(start_ms)
-    for r in sorted(records, key=lambda r: (r.partition, r.offset)):
+    for r in records:
         bad = parse_bad(r.headers.get(BAD_HEADER))
         whole = [reason for index, reason in bad if index is None]
         if whole:
@@ -82,11 +94,19 @@ def _page(node: ApiNode, path: str) -> dict[str, Any]:
     return cast(dict[str, Any], body)
 
 
+def _pages(node: ApiNode, path: str, size: int) -> dict[str, Any]:
+    """Every page of a ranking of `size` members: the first page's answer, its items all of them."""
+    first = _page(node, f"{path}&limit={PAGE}")
+    for offset in range(PAGE, size, PAGE):
+        first["items"] += _page(node, f"{path}&limit={PAGE}&offset={offset}")["items"]
+    return first
+
+
 def _compare(v: Verdict, what: str, want: list[tuple[str, float]], body: dict[str, Any], *,
              meta: dict[str, Any] | None, total_key: str = "total") -> None:  # fmt: skip
     v.answers += 1
     got = [(item["member"], float(item["score"]), item["rank"]) for item in body["items"]]
-    expected = [(m, float(s), r) for r, (m, s) in enumerate(want[:500], 1)]
+    expected = [(m, float(s), r) for r, (m, s) in enumerate(want, 1)]
     if got != expected:
         wrong = sum(a != b for a, b in zip(got, expected, strict=False)) + abs(len(got) - len(expected))
         v.wrong += wrong
@@ -117,7 +137,7 @@ def check_node(v: Verdict, node: ApiNode, model: Model, name: str) -> None:
             if "@" in inst:
                 season, division = inst.split(":", 1)[1].split("@")
                 body = _page(
-                    node, f"/v1/boards/{board}/league/divisions/{division}/top?season={season}&limit=500"
+                    node, f"/v1/boards/{board}/league/divisions/{division}/top?season={season}&limit={PAGE}"
                 )
                 _compare(
                     v,
@@ -130,7 +150,7 @@ def check_node(v: Verdict, node: ApiNode, model: Model, name: str) -> None:
                 continue
             if inst.startswith("season:") and kind(board) == "arena":
                 continue
-            body = _page(node, f"/v1/boards/{board}/top?{_query(inst)}&limit=500")
+            body = _pages(node, f"/v1/boards/{board}/top?{_query(inst)}", len(b.instances[inst]))
             _compare(v, f"{name} {board} {inst}", model.ranked(board, inst), body, meta=b.meta)
             seqs.add(int(body["seq"]))
             hot_window = inst.split(":", 1)[0] in HOT.get(board, ())
@@ -141,17 +161,14 @@ def check_node(v: Verdict, node: ApiNode, model: Model, name: str) -> None:
         if kind(board) == "arena":
             _seats(v, node, b, name)
         for seq in seqs:
-            if seq != b.seq:
-                v.lost += max(0, b.seq - seq)
-                v.doubled += max(0, seq - b.seq)
-                v.problem(f"{name} {board}: seq {seq}, the model's {b.seq}")
+            _seq(v, name, seq, b)
 
 
 def _rolling(v: Verdict, node: ApiNode, model: Model, b: Board, name: str) -> None:
     for _ in range(3):  # a bucket boundary between the clock's reading and the answer: again
         before = int(time.time() * 1000)
         pid, members = model.rolling(b, before)
-        body = _page(node, f"/v1/boards/{b.name}/top?window=last_2h&limit=500")
+        body = _page(node, f"/v1/boards/{b.name}/top?window=last_2h&limit={PAGE}")
         if model.rolling(b, int(time.time() * 1000))[0] == pid:
             _compare(v, f"{name} {b.name} last_2h:{pid}", ranking(b.spec, members), body, meta=b.meta)
             return
@@ -180,11 +197,7 @@ def check_redis(v: Verdict, client: redis.Redis, model: Model) -> None:
         if kind(board) == "split":
             continue
         tag = f"{PREFIX}{{{board}}}"
-        seq = int(cast(bytes, client.get(f"{tag}:seq")) or 0)
-        if seq != b.seq:
-            v.lost += max(0, b.seq - seq)
-            v.doubled += max(0, seq - b.seq)
-            v.problem(f"redis {board}: seq {seq}, the model's {b.seq}")
+        _seq(v, "redis", int(cast(bytes, client.get(f"{tag}:seq")) or 0), b)
         got = read_general(client, tag, "total", b.spec.order == "asc", b.spec.tie)
         want = b.instances.get("total", {})
         v.answers += 1
@@ -195,7 +208,7 @@ def check_redis(v: Verdict, client: redis.Redis, model: Model) -> None:
                 v.problem(f"redis {board} total: {member} {g} != {w}")
 
 
-def check_dead_letters(v: Verdict, records: list[Record], model: Model, source_topic: str) -> None:
+def check_dead_letters(v: Verdict, records: Iterable[Record], model: Model, source_topic: str) -> None:
     got: Counter[DeadLetter] = Counter()
     for r in records:
         h = r.headers
@@ -216,7 +229,7 @@ def check_dead_letters(v: Verdict, records: list[Record], model: Model, source_t
             v.problem(f"dead letter {'doubled' if should else 'unexpected'}: {letter} x{have}")
 
 
-def check_results(v: Verdict, records: list[Record], model: Model, now: int) -> None:
+def check_results(v: Verdict, records: Iterable[Record], model: Model, now: int) -> None:
     """Each period result due by `now`: once, equal to the model's; none other."""
     want = model.results(now, RESULTS_SETTLE_MS)
     seen: Counter[str] = Counter()
@@ -276,12 +289,3 @@ def compare(
             time.sleep(2)
     finally:
         client.close()
-
-
-def settled(probe: Callable[[], bool], timeout: float) -> bool:
-    began = time.monotonic()
-    while time.monotonic() - began < timeout:
-        if probe():
-            return True
-        time.sleep(0.5)
-    return False

@@ -4,9 +4,12 @@ type, and hot boards (one of them a league) served from the API nodes' memory.""
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass
 from datetime import datetime
 from zoneinfo import ZoneInfo
+
+from rankstream.topics import UPDATE_PARTITIONS
 
 ZONE = "Asia/Kathmandu"  # +05:45: local hours, half hours and midnights are not UTC's
 TZ = ZoneInfo(ZONE)
@@ -28,11 +31,27 @@ BOARDS: dict[str, list[str]] = {
     "misc": [f"misc:x{i}" for i in range(2)],  # no such type: the `default` type takes them
 }
 ALL_BOARDS = [board for boards in BOARDS.values() for board in boards]
+# the soak's boards: big ones (every one of SOAK_MEMBERS members on each, named with 24
+# characters), of the type and windows `make bench` measures Redis' bytes per member and window on
+# (bench/redis_cost.py); one on each partition of update_rank (the producer's partitioner: CRC32 of
+# the key), so that every worker gets its share
+SOAK_MEMBERS = 10_000
+SOAK_BOARDS = [
+    next(f"bulk:b{i}" for i in range(1000) if zlib.crc32(f"bulk:b{i}".encode()) % UPDATE_PARTITIONS == p)
+    for p in range(UPDATE_PARTITIONS)
+]
+
+
+def soak_member(index: int) -> str:
+    return f"player-{index:017d}"
+
+
 WHALE_BOARD = "misc:x0"  # a member walks into the exact limit there
 HOT: dict[str, tuple[str, ...]] = {
     "gift:r0": ("total", "day", "last_2h"),
     "score:s0": ("total", "week"),
     "arena:a0": ("season",),
+    "bulk:b1": ("total",),
 }
 
 
@@ -52,6 +71,7 @@ TYPES = {
     "cup": TypeSpec(("total", "1min"), grace_ms=CUP_GRACE_MS),
     "arena": TypeSpec(("total", "season")),
     "misc": TypeSpec(("total",)),
+    "bulk": TypeSpec(("total", "day", "week")),
 }
 
 
@@ -103,6 +123,7 @@ types:
       promote: {{bronze: 2, silver: 0.2}}
       demote: {{silver: 1, gold: 0.2}}
       rewards: {{top: 2}}
+  bulk: {{windows: [total, day, week], late_grace: 1d}}
   default: {{windows: [total], late_grace: 1d}}
 hot:
 {hot}

@@ -95,12 +95,12 @@ class Board:
     name: str
     spec: TypeSpec
     seq: int = 0
-    seen: set[str] = field(default_factory=set)
+    seen: dict[str, int] = field(default_factory=dict)  # id -> the Kafka timestamp it was applied at
     instances: dict[str, State] = field(
         default_factory=dict
     )  # "total", "day:2026-11-30", "season:s1@bronze.1"
     meta: dict[str, Any] = field(default_factory=dict)
-    log: list[Applied] = field(default_factory=list)  # what a rolling window sums
+    log: list[Applied] = field(default_factory=list)  # what a rolling window sums (rolling types only)
     seats: dict[str, int] = field(default_factory=dict)  # league: member -> order in bronze
     registered: set[str] = field(default_factory=set)  # result periods a scoring event reached
     period_ends: dict[str, int] = field(default_factory=dict)
@@ -194,7 +194,7 @@ class Model:
             return
         if str(event["id"]) in b.seen:
             return
-        b.seen.add(str(event["id"]))
+        b.seen[str(event["id"])] = kafka_ts
         b.seq += 1
         if division is not None and ev.op != "delete":
             b.seats.setdefault(ev.member, len(b.seats))
@@ -204,7 +204,8 @@ class Model:
                 del members[ev.member]
             else:
                 members[ev.member] = (new_state[0], b.seats[ev.member]) if "@" in inst else new_state
-        b.log.append(ev)
+        if any(w.startswith("last_") for w in b.spec.windows):
+            b.log.append(ev)
         _remember_meta(b, ev, event.get("meta"))
 
     # --- reading --------------------------------------------------------------------------
@@ -231,6 +232,15 @@ class Model:
                 held[at] = min(old, ev.score) if b.spec.order == "asc" else max(old, ev.score)
             ties[ev.member] = max(ties.get(ev.member, ev.ts), ev.ts)
         return bucket_label(q), {m: (sum(h.values()), ties[m]) for m, h in values.items()}
+
+    def member_windows(self) -> int:
+        """Members summed over every window instance of every board (rolling windows aside)."""
+        return sum(len(members) for b in self.boards.values() for members in b.instances.values())
+
+    def ids_applied_since(self, since_ms: int) -> int:
+        """Ids first applied (by their message's Kafka timestamp) at `since_ms` or later: what the
+        id window remembers."""
+        return sum(1 for b in self.boards.values() for at in b.seen.values() if at >= since_ms)
 
     def ranked(self, board: str, inst: str) -> list[tuple[str, float]]:
         b = self.boards[board]

@@ -13,7 +13,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
@@ -46,6 +46,7 @@ class Process:
 
     def __init__(self, command: str, env: dict[str, str], log: Path) -> None:
         self.command, self.env, self.log = command, env, log
+        self.first_env = dict(env)
         self.proc: subprocess.Popen[bytes] | None = None
         self.start()
 
@@ -83,16 +84,20 @@ class Process:
 
 class ApiNode(Process):
     def __init__(self, env: dict[str, str], log: Path) -> None:
-        self.port = free_port()
-        env = {**env, "RANKSTREAM_API_PORT": str(self.port), "RANKSTREAM_API_ADMIN_PORT": str(free_port()),
+        self.port, admin_port = free_port(), free_port()
+        env = {**env, "RANKSTREAM_API_PORT": str(self.port), "RANKSTREAM_API_ADMIN_PORT": str(admin_port),
                "RANKSTREAM_API_HOST": "127.0.0.1"}  # fmt: skip
         super().__init__("api", env, log)
         self.base = f"http://127.0.0.1:{self.port}"
+        self.admin = f"http://127.0.0.1:{admin_port}"
+        self.token = ""  # sent as a bearer token when set
 
     def get(self, path: str) -> tuple[int, Any]:
         """(status, JSON body); (0, None) while nothing listens."""
+        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
         try:
-            with urllib.request.urlopen(self.base + path, timeout=30) as resp:  # noqa: S310 - loopback
+            request = urllib.request.Request(self.base + path, headers=headers)  # noqa: S310 - loopback
+            with urllib.request.urlopen(request, timeout=30) as resp:  # noqa: S310 - loopback
                 return int(resp.status), orjson.loads(resp.read())
         except urllib.error.HTTPError as exc:
             body = exc.read()
@@ -115,6 +120,7 @@ class Servers:
     service_redis_port: int = 0  # where the service's processes reach Redis (a proxy's port), if not Redis'
     cluster: LocalRedisCluster | None = None  # a Redis Cluster (3 masters, a replica each) instead
     wait_replicas: int = 0
+    extra_env: dict[str, str] = field(default_factory=dict)  # a scenario's own settings for every process
 
     @classmethod
     def start(cls, folder: Path, boards_yaml: str, *, cluster: bool = False) -> Servers:
@@ -162,6 +168,7 @@ class Servers:
             env.update(
                 RANKSTREAM_REDIS_CLUSTER="true", RANKSTREAM_REDIS_WAIT_REPLICAS=str(self.wait_replicas)
             )
+        env.update(self.extra_env)
         return env
 
     def redis(self) -> redis.Redis:
@@ -170,6 +177,14 @@ class Servers:
                 redis.Redis, RedisCluster(host="127.0.0.1", port=self.redis_server.port, socket_timeout=30)
             )
         return redis.Redis(port=self.redis_server.port, socket_timeout=30)
+
+    def used_memory(self) -> int:
+        """Redis' own `used_memory` (a single server's)."""
+        client = redis.Redis(port=self.redis_server.port, socket_timeout=30)
+        try:
+            return int(client.info("memory")["used_memory"])
+        finally:
+            client.close()
 
     def worker(self, name: str) -> Process:
         env = {**self.env(), "RANKSTREAM_WORKER_ID": name, "RANKSTREAM_WORKER_HTTP_PORT": str(free_port())}

@@ -16,7 +16,17 @@ from typing import Any
 
 import orjson
 
-from chaos.config import ALL_BOARDS, CUP_EVENTS, DAY_MS, TZ, WHALE_BOARD, Seasons, kind
+from chaos.config import (
+    ALL_BOARDS,
+    CUP_EVENTS,
+    DAY_MS,
+    SOAK_MEMBERS,
+    TZ,
+    WHALE_BOARD,
+    Seasons,
+    kind,
+    soak_member,
+)
 
 EXACT = 2**53 - 1
 EARLIEST_MS = 946_684_800_000  # 2000-01-01T00:00Z, the earliest accepted ts
@@ -136,6 +146,7 @@ class Stream:
         self.used: dict[str, list[Callable[[int], dict[str, Any]]]] = {}  # board -> valid events planned
         self.sent: list[Planned] = []
         self.serial = 0
+        self.swept: dict[str, int] = {}  # a big board: members given their first event so far
         self.season_start = Seasons(start_ms).spans()["s1"][0]
 
     # --- valid events ---------------------------------------------------------------------
@@ -168,7 +179,7 @@ class Stream:
         rng = self.rng
         self.serial += 1
         eid = f"e{self.serial}-{rng.getrandbits(24):x}"
-        member = f"m{int(rng.paretovariate(0.8)) % 60}"
+        member = self._member(board)
         op = rng.choices(["incr", "set", "best", "delete"], weights=[72, 10, 12, 6])[0]
         body: dict[str, Any] = {"id": eid, "board": board, "member": member}
         if op != "incr" or rng.random() < 0.3:
@@ -178,7 +189,7 @@ class Stream:
                 body["score"] = round(rng.uniform(-50, 500), rng.choice([1, 2, 3]))
             else:
                 body["score"] = rng.randint(-20, 1000) if kind(board) != "score" else rng.randint(0, 5000)
-        if rng.random() < 0.05 and kind(board) != "cup":
+        if rng.random() < 0.05 and kind(board) not in ("cup", "bulk"):
             body["meta"] = {"name": f"N{member}", "lvl": rng.randint(1, 99)}
         if rng.random() < 0.05:
             body["ts"] = None  # null is the same as absent
@@ -189,6 +200,17 @@ class Stream:
             return body if ts is None else {**body, "ts": ts}
 
         return build
+
+    def _member(self, board: str) -> str:
+        """Most boards: 60 members, a few of them most active. A big board (the soak's): each of
+        its SOAK_MEMBERS members in turn first, then any of them."""
+        if kind(board) != "bulk":
+            return f"m{int(self.rng.paretovariate(0.8)) % 60}"
+        swept = self.swept.get(board, 0)
+        if swept < SOAK_MEMBERS:
+            self.swept[board] = swept + 1
+            return soak_member(swept)
+        return soak_member(self.rng.randrange(SOAK_MEMBERS))
 
     def _valid(self, board: str) -> Callable[[int], dict[str, Any]]:
         """A new event, or (10%) one planned before produced again under its id, in another

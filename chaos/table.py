@@ -60,9 +60,9 @@ def _recover(row: dict[str, Any]) -> str:
 
 
 def _exact(row: dict[str, Any]) -> str:
-    if row["exact"]:
-        return "yes"
-    return f"no: {row['tolerated']} (documented)" if row["passed"] else "**no**"
+    if not row["passed"]:
+        return "**no**"
+    return "yes" if row["exact"] else f"no: {row['tolerated']} (documented)"
 
 
 def render(rows: list[dict[str, Any]], descriptions: dict[str, str], profile: str) -> str:

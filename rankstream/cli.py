@@ -15,6 +15,7 @@ from confluent_kafka import KafkaError, KafkaException
 from common.clients import is_authorization, kafka_error
 from common.errors import ConfigError, InfrastructureError, RankstreamError, StackError, TopicsDifferError
 from common.logs import setup_logging
+from common.memory import keep_big_buffers_unmapped
 from common.settings import Settings, load_settings
 from rankstream.show import ApiAnswerError
 
@@ -22,12 +23,14 @@ from rankstream.show import ApiAnswerError
 def _worker(args: argparse.Namespace, settings: Settings) -> int:
     from worker.main import run_worker
 
+    keep_big_buffers_unmapped()
     return run_worker(settings)
 
 
 def _api(args: argparse.Namespace, settings: Settings) -> int:
     from api.main import run_api
 
+    keep_big_buffers_unmapped()
     return run_api(settings)
 
 

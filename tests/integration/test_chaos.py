@@ -16,7 +16,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(600
 def test_short_chaos_scenario_ends_exact(scenario, tmp_path):
     outcome = run_scenario(scenario, PROFILES["short"], seed=11, folder=tmp_path)
     row = outcome.row()
-    assert row["exact"], row["problems"]
+    assert row["passed"] and row["exact"], row["problems"]
     assert (row["lost"], row["doubled"], row["wrong"]) == (0, 0, 0)
     assert row["faults"] >= 1 and row["events"] > 3_000 and row["dead_letters"] > 50
     assert row["answers_compared"] > 200 and row["results"] >= 1
