@@ -9,6 +9,7 @@ sees exactly what the broker holds, producer retries included."""
 from __future__ import annotations
 
 import random
+from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -32,6 +33,8 @@ EXACT = 2**53 - 1
 EARLIEST_MS = 946_684_800_000  # 2000-01-01T00:00Z, the earliest accepted ts
 SKEW_MS = DAY_MS  # the default allowed future skew
 BAD_HEADER = "chaos-bad"
+REUSED_FROM = 200  # a re-produced id is one of its board's last 200 events
+RETRIED_FROM = 500  # a producer retry sends one of the last 500 messages again
 Build = Callable[[int], bytes]  # the message's value, built at `now` (its Kafka timestamp)
 
 
@@ -143,8 +146,10 @@ class Stream:
         self.rng = random.Random(seed)
         self.start_ms = start_ms
         self.boards = boards or ALL_BOARDS
-        self.used: dict[str, list[Callable[[int], dict[str, Any]]]] = {}  # board -> valid events planned
-        self.sent: list[Planned] = []
+        # what a re-produced id or a retried message is drawn from: the latest only, so a soak's
+        # stream of millions holds no more than a short one's
+        self.used: dict[str, deque[Callable[[int], dict[str, Any]]]] = {}  # board -> its last valid events
+        self.sent: deque[Planned] = deque(maxlen=RETRIED_FROM)
         self.serial = 0
         self.swept: dict[str, int] = {}  # a big board: members given their first event so far
         self.season_start = Seasons(start_ms).spans()["s1"][0]
@@ -215,9 +220,9 @@ class Stream:
     def _valid(self, board: str) -> Callable[[int], dict[str, Any]]:
         """A new event, or (10%) one planned before produced again under its id, in another
         message (as an application re-sends what it is unsure was sent)."""
-        events = self.used.setdefault(board, [])
+        events = self.used.setdefault(board, deque(maxlen=REUSED_FROM))
         if events and self.rng.random() < 0.10:
-            return self.rng.choice(events[-200:])
+            return self.rng.choice(events)
         build = self.event(board)
         events.append(build)
         return build
@@ -236,7 +241,7 @@ class Stream:
         """The next message and how many events it carries."""
         rng, roll = self.rng, self.rng.random()
         if roll < 0.03 and self.sent:  # a producer retry: the same bytes (and headers) again
-            again = rng.choice(self.sent[-500:])
+            again = rng.choice(self.sent)
             return again, 1
         board = rng.choice(self.boards)
         while kind(board) == "cup" and self.serial > CUP_EVENTS:  # its periods close early in the run
