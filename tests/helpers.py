@@ -170,6 +170,16 @@ def kill_connections(client: Store, name: str) -> int:
 ORACLE_ALL = (*BOARDS, *RANGED_BOARDS, *SHARDED_BOARDS)
 
 
+EVENT_OUTCOMES = ("applied", "duplicate", "redelivered")
+
+
+def event_counts(metrics: WorkerMetrics) -> dict[str, float]:
+    """A worker's events by outcome. It counts a batch after its commit, so a reader racing the
+    commit sees the offsets move first: wait on these counts, not on the committed offsets."""
+    sample = metrics.registry.get_sample_value
+    return {o: sample("rankstream_worker_events_total", {"outcome": o}) or 0.0 for o in EVENT_OUTCOMES}
+
+
 def applied_so_far(rclient: Store, settings: Settings, boards: Sequence[str] = ORACLE_ALL) -> int:
     """Events applied so far over `boards` (the oracle's): the sum of their seq numbers."""
     pipe = rclient.pipeline(transaction=False)  # one board a slot: no MGET across a cluster

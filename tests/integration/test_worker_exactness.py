@@ -28,6 +28,7 @@ from tests.helpers import (
     check_dlq,
     committed_offsets,
     committed_total,
+    event_counts,
     produce,
     running_worker,
     stop_workers,
@@ -35,13 +36,11 @@ from tests.helpers import (
 )
 from tests.integration.test_worker_oracle import total_applied, worker_process
 from tests.oracle import BOARDS, ORACLE_BOARDS, Message, Model, compare_redis, generate, now_ms, run_model
-from worker.metrics import WorkerMetrics
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 EVENTS = 30_000
 # a 1 s id window, and batches small enough (30k events) that each kill lands mid-stream
 WINDOW_1S = {"RANKSTREAM_ID_WINDOW_S": "1", "RANKSTREAM_WORKER_BATCH_SIZE": "500"}
-OUTCOMES = ("applied", "duplicate", "redelivered")
 
 
 @pytest.fixture
@@ -110,11 +109,6 @@ def assert_id_window_is_1s(client: redis.Redis, settings: Settings) -> None:
     # key without an expiry, which the window never writes
     longest = key_ttl_ms(1)
     assert live and all(0 <= t <= longest for t in live), f"id window keys' ttl (ms): {live[:3]}…{live[-3:]}"
-
-
-def event_counts(metrics: WorkerMetrics) -> dict[str, float]:
-    sample = metrics.registry.get_sample_value
-    return {o: sample("rankstream_worker_events_total", {"outcome": o}) or 0.0 for o in OUTCOMES}
 
 
 def fences(client: redis.Redis, settings: Settings) -> dict[tuple[str, str], tuple[str, int]]:
