@@ -20,9 +20,7 @@ import pytest
 import redis
 from aiohttp.test_utils import TestClient, TestServer
 from confluent_kafka import (
-    OFFSET_BEGINNING,
     Consumer,
-    KafkaError,
     KafkaException,
     Message,
     Producer,
@@ -33,14 +31,14 @@ from redis.cluster import RedisCluster
 
 from api.app import create_app
 from api.state import APP_STATE
+from chaos.traffic import Record, read_topic
 from common.boards import load_boards
 from common.clock import Clock, system_ms
 from common.settings import Settings
 from common.store.shards import shard_names
 from common.store.topology import Store, node_client
 from rankstream.stack import free_port
-from rankstream.topics import RESULTS_PARTITIONS, UPDATE_PARTITIONS
-from tests.conftest import unique
+from rankstream.topics import UPDATE_PARTITIONS
 from tests.oracle import BOARDS, RANGED_BOARDS, SHARDED_BOARDS, SHARDS, Model
 from tests.oracle import Message as StreamMessage
 from worker.consumer import WorkerLoop
@@ -335,38 +333,9 @@ def worker_env(settings: Settings, http_port: int = 0, worker_id: str = "") -> d
     return env
 
 
-def read_results(settings: Settings) -> list[Any]:
+def read_results(settings: Settings) -> list[Record]:
     """Every committed record of the results topic (read_committed, to the end of each partition)."""
-    consumer = Consumer({
-        "bootstrap.servers": settings.kafka_bootstrap,
-        "group.id": unique("results-reader"),
-        "enable.auto.commit": False,
-        "isolation.level": "read_committed",
-        "enable.partition.eof": True,
-    })  # fmt: skip
-    topic = settings.topic_results
-    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(RESULTS_PARTITIONS)])
-    records: list[Any] = []
-    ended: set[int] = set()
-    deadline = time.monotonic() + 60
-    try:
-        while len(ended) < RESULTS_PARTITIONS:
-            assert time.monotonic() < deadline, f"reading {topic}: partitions at their end {ended}"
-            msg = consumer.poll(1.0)
-            if msg is None:
-                continue
-            err = msg.error()
-            if err is not None:
-                if err.code() != KafkaError._PARTITION_EOF:
-                    raise KafkaException(err)
-                partition = msg.partition()
-                assert partition is not None
-                ended.add(partition)
-                continue
-            records.append(msg)
-    finally:
-        consumer.close()
-    return records
+    return list(read_topic(settings.kafka_bootstrap, settings.topic_results))
 
 
 def stop_workers(*procs: subprocess.Popen[bytes] | None) -> None:

@@ -17,6 +17,7 @@ from zoneinfo import ZoneInfo
 import orjson
 import redis
 
+from chaos.traffic import Record
 from common.settings import Settings
 from tests.period_model import BoardType, Calendar, Span
 from tests.period_model import Model as PeriodModel
@@ -134,10 +135,10 @@ class Expect:
                 "members": len(ranking), "top": top}  # fmt: skip
 
 
-def check_records(records: list[Any], expect: Expect, client: redis.Redis, settings: Settings) -> None:
-    by_key: dict[str, list[Any]] = {}
+def check_records(records: list[Record], expect: Expect, client: redis.Redis, settings: Settings) -> None:
+    by_key: dict[str, list[Record]] = {}
     for msg in records:
-        by_key.setdefault(msg.key().decode(), []).append(msg)
+        by_key.setdefault((msg.key or b"").decode(), []).append(msg)
     twice = {k: len(v) for k, v in by_key.items() if len(v) > 1}
     assert not twice, f"results sent more than once: {twice}"
     assert not [k for k in by_key if k.startswith(f"{PLAIN}|")], "a type without period_results emitted"
@@ -149,7 +150,7 @@ def check_records(records: list[Any], expect: Expect, client: redis.Redis, setti
     assert windows["day"] >= 3 * len(GIFT), windows
     final_seq = {board: state.seq for board, state in expect.periods.boards.items()}
     for key, (msg,) in sorted(by_key.items()):
-        body = orjson.loads(msg.value())
+        body = orjson.loads(msg.value or b"")
         seq = body.pop("seq")
         board = body["board"]
         assert isinstance(seq, int) and expect.last_seq[key] <= seq <= final_seq[board], (key, seq)
@@ -160,7 +161,7 @@ def check_records(records: list[Any], expect: Expect, client: redis.Redis, setti
         assert marker is not None, key
         state, partition, offset, marked_seq, _ = marker.decode().split(":")
         sent = (state, int(partition), int(offset), int(marked_seq))
-        assert sent == ("sent", msg.partition(), msg.offset(), seq), (key, marker)
+        assert sent == ("sent", msg.partition, msg.offset, seq), (key, marker)
 
 
 def check_totals(expect: Expect, client: redis.Redis, settings: Settings) -> None:

@@ -194,7 +194,7 @@ def _as(base: dict[str, Any], secured: Secured, user: str) -> Settings:
 
 def hour_results(settings: Settings) -> list[dict[str, Any]]:
     """The period results sent so far of an hour window."""
-    sent = [orjson.loads(record.value()) for record in read_results(settings)]
+    sent = [orjson.loads(record.value or b"") for record in read_results(settings)]
     return [result for result in sent if result["window"] == "hour"]
 
 

@@ -47,6 +47,7 @@ import redis
 from confluent_kafka import Producer
 from prometheus_client.parser import text_string_to_metric_families
 
+from chaos.traffic import Record
 from common.clock import TEST_CLOCK_ENV, ClockFile
 from common.settings import Settings
 from tests.boundaries import assert_crosses
@@ -434,12 +435,12 @@ def test_period_results(results_settings, rclient, tmp_path):
     print(f"results changed after their period ended: {len(changed)}; late beyond the grace: {expect.beyond}")
 
 
-def check_strikes(records: list[Any], strikes: list[Strike]) -> tuple[int, int]:
+def check_strikes(records: list[Record], strikes: list[Strike]) -> tuple[int, int]:
     """The results a struck leader left `sending`: committed by it (its record is older than the
     strike) if it had marked one of its transaction sent already, and then found by the successor,
     not sent again; else either (committed just before the strike, or aborted and sent again).
     Returns how many were found and how many sent again."""
-    stamps = {msg.key().decode(): msg.timestamp()[1] for msg in records}
+    stamps = {(msg.key or b"").decode(): msg.timestamp for msg in records}
     found = resent = 0
     for strike in strikes:
         states = {key: mark.split(":", 1)[0] for key, mark in strike.marks.items()}
