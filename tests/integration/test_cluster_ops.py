@@ -107,14 +107,32 @@ def make_stream(seed: int) -> tuple[list[Message], Model]:
 
 
 class PacedProducer:
-    """Produces the stream evenly over `seconds` in a thread, so the worker writes all along."""
+    """Produces the stream evenly over `seconds` in a thread, so the worker writes all along.
+
+    With `gated`, it also never runs ahead of what `release` allowed: a test whose steps take
+    longer than planned (a slow SIGTERM) still has the stream going on through every step."""
 
     CHUNK = 200
 
-    def __init__(self, settings: Settings, messages: list[Message], seconds: float) -> None:
+    def __init__(
+        self, settings: Settings, messages: list[Message], seconds: float, gated: bool = False
+    ) -> None:
         self._settings, self._messages, self._seconds = settings, messages, seconds
         self._thread = threading.Thread(target=self._run, name="producer", daemon=True)
+        self._released = threading.Condition()
+        self._allowed = 0 if gated else len(messages)
         self.error: Exception | None = None
+
+    def release(self, fraction: float) -> None:
+        """Let the producer go on up to `fraction` of the stream (at its pace)."""
+        with self._released:
+            self._allowed = max(self._allowed, int(len(self._messages) * fraction))
+            self._released.notify_all()
+
+    def _wait_released(self, i: int) -> None:
+        with self._released:
+            if not self._released.wait_for(lambda: i < self._allowed, timeout=300):
+                raise TimeoutError(f"message {i} was never released")
 
     def _run(self) -> None:
         try:
@@ -122,6 +140,9 @@ class PacedProducer:
                                  "enable.idempotence": True})  # fmt: skip
             started, total = time.monotonic(), len(self._messages)
             for i, msg in enumerate(self._messages):
+                if i >= self._allowed:
+                    producer.poll(0)
+                    self._wait_released(i)
                 producer.produce(self._settings.topic_updates, msg.value, key=msg.key)
                 if i % self.CHUNK == 0:
                     producer.poll(0)

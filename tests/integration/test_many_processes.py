@@ -53,6 +53,7 @@ ROOT = Path(__file__).resolve().parents[2]
 EVENTS = 27_000
 PRODUCE_S = 20.0  # 8 churn steps: the chaos suite churns longer (worker-churn)
 STEP_S = 2.5  # a worker joins, STEP_S later one leaves, and so on
+STEPS = 8  # the stream is released a ninth at a time, one more ninth after each step
 COLD = ["gift:r1", "score:s1", "capped:c1", "ranged:g1"]  # read from Redis by both nodes
 
 
@@ -227,11 +228,10 @@ def test_three_churning_workers_and_two_api_nodes_end_exact(
         first_started = time.monotonic()
         wait_for(lambda: note_ready("a", first, first_started), 60, "node a ready")
         second: ApiNode | None = None
-        with PacedProducer(settings, messages, seconds=PRODUCE_S) as producer:
-            step = 0
-            while producer.running():
+        with PacedProducer(settings, messages, seconds=PRODUCE_S, gated=True) as producer:
+            for step in range(1, STEPS + 1):  # each step happens mid-stream, however long it takes
+                producer.release(step / (STEPS + 1))
                 time.sleep(STEP_S)
-                step += 1
                 if step % 2:  # one joins: the group rebalances partitions onto it
                     workers.append(start_worker())
                 else:  # one leaves, the oldest: a clean SIGTERM, or a kill -9 every other time
@@ -248,12 +248,13 @@ def test_three_churning_workers_and_two_api_nodes_end_exact(
                     second_started = time.monotonic()
                 if second is not None and "b" not in ready:
                     note_ready("b", second, second_started)
+            producer.release(1.0)
             producer.join()
             applied_at_end = applied_so_far(rclient, settings)
         assert second is not None
         assert "b" in ready, "node b was not ready while the stream went on"
         wait_applied_and_committed(rclient, settings, target, timeout=120)
-        assert len([how for how, _ in left if how == "kill -9"]) >= 2 and len(left) >= 4
+        assert [how for how, _ in left] == ["SIGTERM", "kill -9"] * (STEPS // 4)
         compare_redis(rclient, settings.key_prefix, model)
         check_dlq(consumer_factory, settings, model, exact=True)
 
