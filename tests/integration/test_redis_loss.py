@@ -208,18 +208,28 @@ def total(model: Model) -> int:
 
 def assert_blocked(worker: Worker, reason: str) -> dict[str, str]:
     """readyz not ready naming the blocked partitions, the gauge at 1, an ERROR line naming a board."""
-    wait_for(lambda: bool(worker.readyz()[1].get("blocked")), 20, f"blocked partitions ({reason})")
-    status, body = worker.readyz()
-    assert status == 503 and body["ok"] is False and set(body["blocked"].values()) == {reason}, body
-    gauge = worker.blocked_gauge()
-    assert {p for (p, r, _), v in gauge.items() if r == reason and v == 1} == set(body["blocked"]), gauge
+    seen: dict[str, Any] = {}
+
+    def agree() -> bool:
+        """readyz and the gauge name the same partitions (they block one batch at a time, so
+        both are read again until a moment they agree)."""
+        status, body = worker.readyz()
+        if not body.get("blocked"):
+            return False
+        assert status == 503 and body["ok"] is False and set(body["blocked"].values()) == {reason}, body
+        gauge = worker.blocked_gauge()
+        seen["blocked"] = body["blocked"]
+        return {p for (p, r, _), v in gauge.items() if r == reason and v == 1} == set(body["blocked"])
+
+    wait_for(agree, 20, f"blocked partitions ({reason}) alike in readyz and the gauge")
+    blocked: dict[str, str] = seen["blocked"]
     # a check while idle says so at once; the partition's next batch names the board it was for
     named = lambda: any(x["board"] in BOARDS for x in worker.logged("partition blocked"))  # noqa: E731
     wait_for(named, 20, "a log line naming a board the operator knows")
+    logged = lambda: {str(x["partition"]) for x in worker.logged("partition blocked")} >= set(blocked)  # noqa: E731
+    wait_for(logged, 20, "a log line for each blocked partition")
     lines = worker.logged("partition blocked")
-    assert lines and all(x["level"] == "error" and x["reason"] == reason for x in lines), lines
-    assert {str(x["partition"]) for x in lines} >= set(body["blocked"])
-    blocked: dict[str, str] = body["blocked"]
+    assert all(x["level"] == "error" and x["reason"] == reason for x in lines), lines
     return blocked
 
 
@@ -310,8 +320,7 @@ def test_fresh_start_then_redis_kill_9_with_aof_recovers_by_itself(
             store.proc.wait(10)
             stream.release()  # the rest of the first part arrives while Redis is down
         produce_tracked(settings, second)
-        time.sleep(2)
-        assert worker.readyz()[1].get("redis") is False
+        wait_for(lambda: worker.readyz()[1].get("redis") is False, 30, "the worker reporting Redis down")
         store.start()  # the same folder: the AOF is replayed
         rclient.connection_pool.disconnect()
         wait_for(lambda: committed_count(settings) == len(messages), 60, "everything committed")
@@ -343,7 +352,7 @@ def test_flushall_blocks_until_accept_redis(topics, store, rclient, tmp_path):
         print(f"board keys written into the flushed Redis (race): {len(raced)}")  # for the report (-s)
         at_accept = {p: offset for p, (offset, _) in committed(settings).items()}
         accept_redis(settings)
-        wait_for(lambda: worker.readyz()[0] == 200, 12, "the worker resuming after accept-redis")
+        wait_for(lambda: worker.readyz()[0] == 200, 60, "the worker resuming after accept-redis")
         assert_unblocked(worker)
         wait_settled(
             lambda: committed_count(settings) == len(messages),

@@ -51,7 +51,7 @@ from tests.unit.stubs import (
     unused_redis,
 )
 from worker.apply import MAX_EVENTS_PER_CALL, MAX_INSTANCES_PER_CALL, Applier, Outcome
-from worker.consumer import WorkerLoop
+from worker.consumer import WorkerLoop, exit_reserve
 from worker.dlq import (
     HEADER_ERROR_CLASS,
     HEADER_ERROR_TEXT,
@@ -871,6 +871,11 @@ def test_kafka_timestamps_through_the_loop(rig):
 # ==================================================================================================
 
 
+# long enough that the exit reserve (0.5 s) leaves room for a loaded box's scheduling: the
+# margins below are half a second, not the 75 ms a 0.3 s deadline left
+STOP_DEADLINE_S = 2.0
+
+
 def _blocked_script() -> ScriptStub:
     """run_many blocks until released, then fails, so a released batch can't commit later."""
     return ScriptStub(block=threading.Event(), after_block=redis.ConnectionError("released at teardown"))
@@ -879,7 +884,7 @@ def _blocked_script() -> ScriptStub:
 def test_stop_with_a_blocked_apply_abandons_the_batch_within_the_deadline(rig):
     script = _blocked_script()
     stopped: list[float] = []
-    deadline_s = 0.3
+    deadline_s = STOP_DEADLINE_S
 
     def on_poll(n: int) -> None:
         if n == 2:  # batch 1 is in flight, blocked in Redis: SIGTERM
@@ -895,8 +900,8 @@ def test_stop_with_a_blocked_apply_abandons_the_batch_within_the_deadline(rig):
     closed = time.monotonic() - stopped[0]
 
     assert r.loop.abandoned is True
-    # the loop's budget is the deadline less the exit reserve (a quarter of a small deadline)
-    assert deadline_s * 0.75 - 0.05 <= ran_out < deadline_s
+    # the loop's budget is the deadline less the exit reserve
+    assert deadline_s - exit_reserve(deadline_s) - 0.05 <= ran_out < deadline_s
     assert closed < deadline_s
     assert "commit_transaction" not in r.producer.calls
     assert r.producer.committed_offsets == [] and r.producer.committed_records == []
@@ -914,12 +919,12 @@ def test_close_with_a_blocked_apply_returns_within_the_deadline(rig):
     assert script.entered.wait(5)
 
     started = time.monotonic()
-    r.loop.request_stop(0.3)
+    r.loop.request_stop(STOP_DEADLINE_S)
     r.loop.close()
     elapsed = time.monotonic() - started
 
     assert r.loop.abandoned is True
-    assert 0.2 <= elapsed < 0.8  # 0.3 s less the exit reserve (a quarter of a small deadline)
+    assert STOP_DEADLINE_S - exit_reserve(STOP_DEADLINE_S) - 0.05 <= elapsed < STOP_DEADLINE_S
     assert "commit_transaction" not in r.producer.calls and r.producer.committed_offsets == []
     assert not r.consumer.closed  # left at the deadline: the process exits, the group times it out
 
@@ -939,8 +944,8 @@ def test_stop_while_the_loop_already_waits_for_a_blocked_apply_is_bounded(rig):
     try:
         assert polled_twice.wait(5) and script.entered.wait(5)
         time.sleep(0.1)  # the loop is now in _settle(), waiting for batch 1 with no deadline yet
-        r.loop.request_stop(0.3)
-        runner.join(1.0)
+        r.loop.request_stop(STOP_DEADLINE_S)
+        runner.join(STOP_DEADLINE_S)
         assert not runner.is_alive(), "run() did not return within the shutdown deadline"
         assert r.loop.abandoned is True
     finally:
@@ -978,10 +983,10 @@ def test_close_with_both_passes_stuck_returns_within_the_deadline(rig):
     try:
         assert preparer.entered.wait(5) and emitter.entered.wait(5)
         started = time.monotonic()
-        r.loop.request_stop(0.4)
+        r.loop.request_stop(STOP_DEADLINE_S)
         r.loop.close()
         elapsed = time.monotonic() - started
-        assert elapsed < 0.4  # the loop's budget: 0.4 s less the exit reserve
+        assert elapsed < STOP_DEADLINE_S  # the loop's budget: the deadline less the exit reserve
         assert r.loop.abandoned is True  # the process exits without waiting for the passes
     finally:
         preparer.release.set()
