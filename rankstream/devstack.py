@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 
@@ -136,9 +137,10 @@ def choose_stack(engine: str, folder: Path, kafka_port: int, redis_port: int) ->
     return DevStack(folder, kafka_port=kafka_port, redis_port=redis_port)
 
 
-def _wait_http(url: str, timeout: float, want: bytes = b"") -> bool:
+def _wait_http(url: str, timeout: float, want: bytes, given_up: Callable[[], bool]) -> bool:
+    """Until `url` answers 200 with `want` in its body (True), `timeout` passes or `given_up()`."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and not given_up():
         try:
             with urllib.request.urlopen(url, timeout=2) as resp:  # noqa: S310 - our own loopback URL
                 if resp.status == 200 and want in resp.read():
@@ -176,21 +178,31 @@ def run_dev(stack: DevStack | ComposeStack, settings: Settings, events_per_s: fl
     signal.signal(signal.SIGINT, _stop)
     signal.signal(signal.SIGTERM, _stop)
     url = f"http://127.0.0.1:{settings.api_port}/v1/boards/{DEMO_HOT_BOARD}/top?limit=10"
-    try:
-        if not _wait_http(url, timeout=60, want=b'"rank"'):
-            raise StackError(f"the API did not serve a live top-10 within 60s; see {logs}")
-        base = f"http://127.0.0.1:{settings.api_port}"
-        print(
-            f"\nrankstream is running. Open the live board:\n  {base}/boards/{DEMO_HOT_BOARD}\n"
-            f"Its top-10 as JSON:\n  {url}\n"
-            f"In the terminal: .venv/bin/rankstream top {DEMO_HOT_BOARD} --watch\n"
-            f"Logs: {logs}   Ctrl-C stops everything.\n"
-        )
-        sys.stdout.flush()
+
+    def exited() -> str | None:
+        return next((name for name, child in children.items() if child.poll() is not None), None)
+
+    def check_children() -> None:
+        name = exited()
+        if name is not None:
+            raise StackError(f"{name} exited with {children[name].returncode}; see {logs / name}.log")
+
+    try:  # Ctrl-C while it starts stops it at once, as it does later
+        live = _wait_http(url, timeout=60, want=b'"rank"', given_up=lambda: stopping or exited() is not None)
+        if not stopping:
+            check_children()
+            if not live:
+                raise StackError(f"the API did not serve a live top-10 within 60s; see {logs}")
+            base = f"http://127.0.0.1:{settings.api_port}"
+            print(
+                f"\nrankstream is running. Open the live board:\n  {base}/boards/{DEMO_HOT_BOARD}\n"
+                f"Its top-10 as JSON:\n  {url}\n"
+                f"In the terminal: .venv/bin/rankstream top {DEMO_HOT_BOARD} --watch\n"
+                f"Logs: {logs}   Ctrl-C stops everything.\n"
+            )
+            sys.stdout.flush()
         while not stopping:
-            for name, child in children.items():
-                if child.poll() is not None:
-                    raise StackError(f"{name} exited with {child.returncode}; see {logs / name}.log")
+            check_children()
             time.sleep(0.5)
     finally:
         for child in children.values():

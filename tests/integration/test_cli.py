@@ -86,6 +86,42 @@ def test_dev_serves_a_live_top10_and_stops_without_leftovers(tmp_path):
     assert leftovers.stdout == ""
 
 
+@pytest.mark.slow
+def test_ctrl_c_while_dev_starts_stops_everything_at_once(tmp_path):
+    """Ctrl-C before the demo board has a top-10 (here it never will: the boards declare no
+    `gift` type) stops everything as it does later: exit 0, `stopped`, nothing left running. It
+    used to go on waiting for the top-10 for 60 s, then fail."""
+    boards = tmp_path / "boards.yaml"
+    boards.write_text("timezone: UTC\ntypes:\n  level:\n    windows: [total]\n")
+    api_port = free_port()
+    env = {
+        **_clean_env(),
+        "RANKSTREAM_API_PORT": str(api_port),
+        "RANKSTREAM_API_ADMIN_PORT": str(free_port()),
+        "RANKSTREAM_WORKER_HTTP_PORT": str(free_port()),
+        "RANKSTREAM_BOARDS": str(boards),
+    }
+    folder = tmp_path / "stack"
+    ports = ["--kafka-port", str(free_port_pair()), "--redis-port", str(free_port())]
+    argv = [sys.executable, "-m", "rankstream.cli", "dev", "--dir", str(folder), *ports, "--rate", "50"]
+    # its own process group, as a terminal's foreground job: Ctrl-C signals every process in it
+    proc = subprocess.Popen(argv, env=env, text=True, cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+    try:
+        wait_for(lambda: http_status(f"http://127.0.0.1:{api_port}/livez") == 200, 120, "the API up")
+        assert http_status(f"http://127.0.0.1:{api_port}/v1/boards/gift:room42/top?limit=10") == 404
+        os.killpg(proc.pid, signal.SIGINT)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+    assert proc.returncode == 0, out
+    assert out.strip().endswith("stopped") and "rankstream is running" not in out, out
+    leftovers = subprocess.run(["pgrep", "-f", str(folder)], capture_output=True, text=True, check=False)
+    assert leftovers.stdout == ""
+
+
 @pytest.mark.parametrize(
     ("env", "expected"),
     [
