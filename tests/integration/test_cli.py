@@ -26,10 +26,13 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _rankstream(*args: str, env: dict[str, str], merge_stderr: bool = False) -> subprocess.Popen[str]:
+def _rankstream(
+    *args: str, env: dict[str, str], merge_stderr: bool = False, new_session: bool = False
+) -> subprocess.Popen[str]:
     stderr = subprocess.STDOUT if merge_stderr else subprocess.PIPE
     argv = [sys.executable, "-m", "rankstream.cli", *args]
-    return subprocess.Popen(argv, env=env, text=True, cwd=ROOT, stdout=subprocess.PIPE, stderr=stderr)
+    return subprocess.Popen(argv, env=env, text=True, cwd=ROOT, stdout=subprocess.PIPE, stderr=stderr,
+                            start_new_session=new_session)  # fmt: skip
 
 
 def _get(url: str) -> dict[str, object]:
@@ -42,21 +45,33 @@ def _clean_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("RANKSTREAM_")}
 
 
-@pytest.mark.slow
-def test_dev_serves_a_live_top10_and_stops_without_leftovers(tmp_path):
+def _dev(
+    folder: Path, boards: Path, rate: str, new_session: bool = False
+) -> tuple[subprocess.Popen[str], int]:
+    """`rankstream dev` on free ports with its stack in `folder`: the process and its API port."""
     api_port = free_port()
     env = {
         **_clean_env(),
         "RANKSTREAM_API_PORT": str(api_port),
         "RANKSTREAM_API_ADMIN_PORT": str(free_port()),
         "RANKSTREAM_WORKER_HTTP_PORT": str(free_port()),
-        "RANKSTREAM_BOARDS": str(ROOT / "deploy" / "boards.yaml"),
+        "RANKSTREAM_BOARDS": str(boards),
     }
-    folder = tmp_path / "stack"
     # Kafka's controller listens on --kafka-port + 1: both must be free (a CI run met + 1 taken)
-    kafka_port = free_port_pair()
-    args = ["dev", "--dir", str(folder), "--kafka-port", str(kafka_port), "--redis-port", str(free_port())]
-    proc = _rankstream(*args, "--rate", "300", env=env, merge_stderr=True)
+    ports = ["--kafka-port", str(free_port_pair()), "--redis-port", str(free_port())]
+    args = ["dev", "--dir", str(folder), *ports, "--rate", rate]
+    return _rankstream(*args, env=env, merge_stderr=True, new_session=new_session), api_port
+
+
+def _leftovers(folder: Path) -> str:
+    """Processes still running from `folder` (the stack's servers name it in their arguments)."""
+    return subprocess.run(["pgrep", "-f", str(folder)], capture_output=True, text=True, check=False).stdout
+
+
+@pytest.mark.slow
+def test_dev_serves_a_live_top10_and_stops_without_leftovers(tmp_path):
+    folder = tmp_path / "stack"
+    proc, api_port = _dev(folder, ROOT / "deploy" / "boards.yaml", "300")
     try:
         urls: list[str] = []
         printed: list[str] = []
@@ -82,8 +97,7 @@ def test_dev_serves_a_live_top10_and_stops_without_leftovers(tmp_path):
         proc.send_signal(signal.SIGINT)
         proc.communicate(timeout=60)
         assert proc.returncode == 0
-    leftovers = subprocess.run(["pgrep", "-f", str(folder)], capture_output=True, text=True, check=False)
-    assert leftovers.stdout == ""
+    assert _leftovers(folder) == ""
 
 
 @pytest.mark.slow
@@ -93,20 +107,9 @@ def test_ctrl_c_while_dev_starts_stops_everything_at_once(tmp_path):
     used to go on waiting for the top-10 for 60 s, then fail."""
     boards = tmp_path / "boards.yaml"
     boards.write_text("timezone: UTC\ntypes:\n  level:\n    windows: [total]\n")
-    api_port = free_port()
-    env = {
-        **_clean_env(),
-        "RANKSTREAM_API_PORT": str(api_port),
-        "RANKSTREAM_API_ADMIN_PORT": str(free_port()),
-        "RANKSTREAM_WORKER_HTTP_PORT": str(free_port()),
-        "RANKSTREAM_BOARDS": str(boards),
-    }
     folder = tmp_path / "stack"
-    ports = ["--kafka-port", str(free_port_pair()), "--redis-port", str(free_port())]
-    argv = [sys.executable, "-m", "rankstream.cli", "dev", "--dir", str(folder), *ports, "--rate", "50"]
     # its own process group, as a terminal's foreground job: Ctrl-C signals every process in it
-    proc = subprocess.Popen(argv, env=env, text=True, cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+    proc, api_port = _dev(folder, boards, "50", new_session=True)
     try:
         wait_for(lambda: http_status(f"http://127.0.0.1:{api_port}/livez") == 200, 120, "the API up")
         assert http_status(f"http://127.0.0.1:{api_port}/v1/boards/gift:room42/top?limit=10") == 404
@@ -118,8 +121,7 @@ def test_ctrl_c_while_dev_starts_stops_everything_at_once(tmp_path):
             proc.wait(10)
     assert proc.returncode == 0, out
     assert out.strip().endswith("stopped") and "rankstream is running" not in out, out
-    leftovers = subprocess.run(["pgrep", "-f", str(folder)], capture_output=True, text=True, check=False)
-    assert leftovers.stdout == ""
+    assert _leftovers(folder) == ""
 
 
 @pytest.mark.parametrize(

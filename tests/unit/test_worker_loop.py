@@ -876,6 +876,14 @@ def test_kafka_timestamps_through_the_loop(rig):
 STOP_DEADLINE_S = 2.0
 
 
+def test_the_exit_reserve_is_a_quarter_of_a_small_deadline_and_half_a_second_at_most():
+    """The tests below use a 2 s deadline (a reserve of 0.5 s either way): the small-deadline
+    rule is pinned here, without a clock."""
+    assert exit_reserve(0.3) == pytest.approx(0.075)
+    assert exit_reserve(2.0) == pytest.approx(0.5)
+    assert exit_reserve(30.0) == pytest.approx(0.5)
+
+
 def _blocked_script() -> ScriptStub:
     """run_many blocks until released, then fails, so a released batch can't commit later."""
     return ScriptStub(block=threading.Event(), after_block=redis.ConnectionError("released at teardown"))
